@@ -1,0 +1,223 @@
+#include "api/validate.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace flashtile {
+
+Status invalid_argument(std::string message) { return {StatusCode::kInvalidArgument, std::move(message)}; }
+Status unsupported(std::string message) { return {StatusCode::kUnsupported, std::move(message)}; }
+
+namespace {
+
+std::string shape_string(const Tensor& t) {
+  std::string s = "(";
+  for (int d = 0; d < t.ndim && d < 4; ++d) s += (d ? ", " : "") + std::to_string(t.shape[d]);
+  return s + ")";
+}
+
+bool dtype_valid(DType d) { return d == DType::kFloat32 || d == DType::kFloat16 || d == DType::kBFloat16; }
+
+int64_t numel(const Tensor& t) {
+  int64_t n = 1;
+  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
+  return n;
+}
+
+// Checks the parts of a view that do not depend on other tensors: rank, shape signs, last-dim stride,
+// pointer, alignment, and that the addressed range fits in int64. `dims` names the dimensions for messages.
+Status check_view(const char* name, const Tensor& t, int ndim, const char* dims) {
+  const std::string n = name;
+  if (t.ndim != ndim)
+    return invalid_argument(n + ": expected " + std::to_string(ndim) + " dims " + dims + ", got " +
+                            std::to_string(t.ndim));
+  if (!dtype_valid(t.dtype))
+    return invalid_argument(n + ": unknown dtype code " + std::to_string(static_cast<int>(t.dtype)));
+  if (t.device != Device::kCPU && t.device != Device::kCUDA)
+    return invalid_argument(n + ": unknown device code " + std::to_string(static_cast<int>(t.device)));
+  for (int d = 0; d < ndim; ++d)
+    if (t.shape[d] < 0) return invalid_argument(n + ": negative size in shape " + shape_string(t));
+  if (t.shape[ndim - 1] > 1 && t.stride[ndim - 1] != 1)
+    return invalid_argument(n + ": the last dimension must be contiguous (stride 1), got stride " +
+                            std::to_string(t.stride[ndim - 1]));
+  int64_t span = 0;  // largest element offset reachable, which must not overflow int64
+  for (int d = 0; d < ndim; ++d) {
+    if (t.shape[d] <= 1) continue;
+    int64_t extent;
+    if (t.stride[d] == INT64_MIN || __builtin_mul_overflow(t.shape[d] - 1, std::abs(t.stride[d]), &extent) ||
+        __builtin_add_overflow(span, extent, &span))
+      return invalid_argument(n + ": strides address more than 2^63 elements");
+  }
+  if (numel(t) == 0) return {};
+  if (t.data == nullptr) return invalid_argument(n + ": data is null but the shape " + shape_string(t) + " is not empty");
+  if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
+    return invalid_argument(n + ": data pointer is not aligned to its element size (" +
+                            std::to_string(dtype_size(t.dtype)) + " bytes)");
+  return {};
+}
+
+// An output must not write one element twice: sorted by |stride|, each dim must step past everything the
+// smaller dims reach. Sufficient, and exact for dense, transposed and packed (qkv) layouts.
+Status check_no_self_overlap(const char* name, const Tensor& t) {
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (|stride|, size)
+  for (int d = 0; d < t.ndim; ++d)
+    if (t.shape[d] > 1) dims.emplace_back(std::abs(t.stride[d]), t.shape[d]);
+  if (numel(t) == 0) return {};
+  std::sort(dims.begin(), dims.end());
+  int64_t reach = 0;
+  for (auto [stride, size] : dims) {
+    if (stride <= reach)
+      return invalid_argument(std::string(name) + ": output strides overlap (two elements share memory)");
+    reach += stride * (size - 1);
+  }
+  return {};
+}
+
+Status check_same(const char* name, const Tensor& t, const Tensor& ref, const char* ref_name) {
+  if (t.dtype != ref.dtype)
+    return invalid_argument(std::string(name) + ": dtype " + dtype_name(t.dtype) + " differs from " + ref_name +
+                            "'s " + dtype_name(ref.dtype));
+  if (t.device != ref.device || t.device_index != ref.device_index)
+    return invalid_argument(std::string(name) + ": on a different device than " + ref_name);
+  return {};
+}
+
+Status check_shape(const char* name, const Tensor& t, std::initializer_list<int64_t> expected, const char* dims) {
+  int d = 0;
+  for (int64_t e : expected) {
+    if (t.shape[d] != e) {
+      std::string want = "(";
+      int i = 0;
+      for (int64_t x : expected) want += (i++ ? ", " : "") + std::to_string(x);
+      return invalid_argument(std::string(name) + ": shape " + shape_string(t) + ", expected " + want + ") " + dims);
+    }
+    ++d;
+  }
+  return {};
+}
+
+#define FT_TRY(expr)                 \
+  do {                               \
+    Status s_ = (expr);              \
+    if (!s_.ok()) return s_;         \
+  } while (0)
+
+constexpr const char* kBSHD = "(batch, seqlen, heads, head_dim)";
+constexpr const char* kBHS = "(batch, heads_q, seqlen_q)";
+
+// Shared by forward and backward: q/k/v shapes, the mask and the scale.
+Status resolve_problem(const Tensor& q, const Tensor& k, const Tensor& v, const AttentionOptions& o, Problem* p) {
+  FT_TRY(check_view("q", q, 4, kBSHD));
+  FT_TRY(check_view("k", k, 4, kBSHD));
+  FT_TRY(check_view("v", v, 4, kBSHD));
+  FT_TRY(check_same("k", k, q, "q"));
+  FT_TRY(check_same("v", v, q, "q"));
+  p->batch = q.shape[0];
+  p->seqlen_q = q.shape[1];
+  p->heads_q = q.shape[2];
+  p->head_dim = q.shape[3];
+  p->seqlen_k = k.shape[1];
+  p->heads_kv = k.shape[2];
+  p->head_dim_v = v.shape[3];
+  p->dtype = q.dtype;
+  if (k.shape[0] != p->batch || v.shape[0] != p->batch)
+    return invalid_argument("k, v: batch " + std::to_string(k.shape[0]) + ", " + std::to_string(v.shape[0]) +
+                            " must equal q's batch " + std::to_string(p->batch));
+  if (v.shape[1] != p->seqlen_k)
+    return invalid_argument("v: seqlen " + std::to_string(v.shape[1]) + " must equal k's seqlen " +
+                            std::to_string(p->seqlen_k));
+  if (v.shape[2] != p->heads_kv)
+    return invalid_argument("v: heads " + std::to_string(v.shape[2]) + " must equal k's heads " +
+                            std::to_string(p->heads_kv));
+  if (k.shape[3] != p->head_dim)
+    return invalid_argument("k: head_dim " + std::to_string(k.shape[3]) + " must equal q's head_dim " +
+                            std::to_string(p->head_dim));
+  if (p->heads_q < 1 || p->heads_kv < 1)
+    return invalid_argument("q, k: head counts must be at least 1, got heads_q " + std::to_string(p->heads_q) +
+                            ", heads_kv " + std::to_string(p->heads_kv));
+  if (p->heads_q % p->heads_kv != 0)
+    return invalid_argument("q, k: heads_q (" + std::to_string(p->heads_q) + ") must be a multiple of heads_kv (" +
+                            std::to_string(p->heads_kv) + ") for GQA/MQA");
+  if (p->head_dim < 1 || p->head_dim_v < 1)
+    return invalid_argument("q, v: head dims must be at least 1, got head_dim " + std::to_string(p->head_dim) +
+                            ", head_dim_v " + std::to_string(p->head_dim_v));
+  if (std::isnan(o.softmax_scale)) {
+    p->scale = 1.0f / std::sqrt(static_cast<float>(p->head_dim));
+  } else if (!std::isfinite(o.softmax_scale)) {
+    return invalid_argument("softmax_scale: must be finite (or NaN for 1/sqrt(head_dim))");
+  } else {
+    p->scale = o.softmax_scale;
+  }
+  if (!(o.softcap >= 0.0f) || !std::isfinite(o.softcap))
+    return invalid_argument("softcap: must be finite and >= 0 (0 turns it off), got " + std::to_string(o.softcap));
+  p->softcap = o.softcap;
+  // Windows wider than both sequences are unbounded in effect; clamping keeps index arithmetic in range.
+  const int64_t widest = p->seqlen_q + p->seqlen_k;
+  auto clamp_bound = [&](int64_t w) { return w < 0 ? int64_t{-1} : std::min(w, widest); };
+  p->keys.seqlen_q = p->seqlen_q;
+  p->keys.seqlen_k = p->seqlen_k;
+  p->keys.offset = p->seqlen_k - p->seqlen_q;
+  p->keys.left = clamp_bound(o.window_left);
+  p->keys.right = clamp_bound(o.window_right);
+  if (o.causal) p->keys.right = p->keys.right < 0 ? 0 : std::min<int64_t>(p->keys.right, 0);
+  return {};
+}
+
+Status check_lse(const char* name, const Tensor& lse, const Tensor& q, const Problem& p) {
+  FT_TRY(check_view(name, lse, 3, kBHS));
+  if (lse.dtype != DType::kFloat32)
+    return invalid_argument(std::string(name) + ": dtype must be float32, got " + dtype_name(lse.dtype));
+  if (lse.device != q.device || lse.device_index != q.device_index)
+    return invalid_argument(std::string(name) + ": on a different device than q");
+  return check_shape(name, lse, {p.batch, p.heads_q, p.seqlen_q}, kBHS);
+}
+
+}  // namespace
+
+Status validate_forward(const ForwardParams& params, Problem* p) {
+  *p = Problem{};
+  FT_TRY(resolve_problem(params.q, params.k, params.v, params.options, p));
+  FT_TRY(check_view("out", params.out, 4, kBSHD));
+  FT_TRY(check_same("out", params.out, params.q, "q"));
+  FT_TRY(check_shape("out", params.out, {p->batch, p->seqlen_q, p->heads_q, p->head_dim_v},
+                     "(batch, seqlen_q, heads_q, head_dim_v)"));
+  FT_TRY(check_no_self_overlap("out", params.out));
+  p->with_lse = params.lse.data != nullptr;
+  if (p->with_lse) {
+    FT_TRY(check_lse("lse", params.lse, params.q, *p));
+    FT_TRY(check_no_self_overlap("lse", params.lse));
+  }
+  if (params.num_threads < 0) return invalid_argument("num_threads: must be >= 0 (0 uses every core)");
+  return {};
+}
+
+Status validate_backward(const BackwardParams& params, Problem* p) {
+  *p = Problem{};
+  FT_TRY(resolve_problem(params.q, params.k, params.v, params.options, p));
+  const char* out_dims = "(batch, seqlen_q, heads_q, head_dim_v)";
+  FT_TRY(check_view("out", params.out, 4, kBSHD));
+  FT_TRY(check_same("out", params.out, params.q, "q"));
+  FT_TRY(check_shape("out", params.out, {p->batch, p->seqlen_q, p->heads_q, p->head_dim_v}, out_dims));
+  FT_TRY(check_view("dout", params.dout, 4, kBSHD));
+  FT_TRY(check_same("dout", params.dout, params.q, "q"));
+  FT_TRY(check_shape("dout", params.dout, {p->batch, p->seqlen_q, p->heads_q, p->head_dim_v}, out_dims));
+  if (params.lse.data == nullptr && p->batch * p->heads_q * p->seqlen_q > 0)
+    return invalid_argument("lse: the backward needs the forward's log-sum-exp (batch, heads_q, seqlen_q)");
+  FT_TRY(check_lse("lse", params.lse, params.q, *p));
+  struct Grad { const char* name; const Tensor& t; const Tensor& like; const char* like_name; };
+  for (const Grad& g : {Grad{"dq", params.dq, params.q, "q"}, Grad{"dk", params.dk, params.k, "k"},
+                        Grad{"dv", params.dv, params.v, "v"}}) {
+    FT_TRY(check_view(g.name, g.t, 4, kBSHD));
+    FT_TRY(check_same(g.name, g.t, params.q, "q"));
+    FT_TRY(check_shape(g.name, g.t, {g.like.shape[0], g.like.shape[1], g.like.shape[2], g.like.shape[3]},
+                       (std::string("(same as ") + g.like_name + ")").c_str()));
+    FT_TRY(check_no_self_overlap(g.name, g.t));
+  }
+  if (params.num_threads < 0) return invalid_argument("num_threads: must be >= 0 (0 uses every core)");
+  return {};
+}
+
+}  // namespace flashtile

@@ -1,0 +1,194 @@
+// CPU flash forward, two schedules built from the same tile pieces (tile_ops.hpp):
+//
+//  FlashAttention-2: one task per (batch, head, block of kBlockM query rows). K/V tiles are the inner loop;
+//    the running max m and sum l stay in the task, the accumulator O is rescaled by exp(m_old - m_new) when
+//    the max moves, and the division by l happens once per row at the end.
+//  FlashAttention-1: one task per (batch, head). K/V tiles are the outer loop and query tiles the inner one;
+//    O, m and l for the whole head live in a per-task buffer (the paper's HBM) and every step reads them,
+//    rescales O to the new max and new sum, and writes them back. It exists to measure what v2 changed.
+//
+// Scores are kept in log2 units (the softmax scale times log2(e) is folded into Q when Q is loaded), so the
+// softmax needs only exp2. No buffer grows with seqlen_k; FA2's workspace is one set of tiles per thread.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/parallel.hpp"
+#include "backends/cpu/tile_ops.hpp"
+
+namespace flashtile::cpu {
+
+namespace {
+
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr double kLn2 = 0.6931471805599453;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+// Tile sizes. kBlockM rows of Q share each K/V tile they load; kBlockN keys per K/V tile. With head_dim 128
+// the working set (Q, K, V, S and O tiles) is about 200 KB in fp32: it stays in a core's L2.
+struct ForwardTiles {
+  static constexpr int64_t kBlockM = 64;
+  static constexpr int64_t kBlockN = 128;
+  static_assert(kBlockM <= TileMask::kMaxRows, "TileMask holds at most kMaxRows rows");
+};
+
+// How Q is scaled on load and how a raw product q.k becomes a log2-unit score.
+struct ScoreMap {
+  float q_mul;       // folded into Q
+  float cap_log2e;   // softcap only: score = cap_log2e * tanh(q_mul * q.k)
+  bool softcap;
+  explicit ScoreMap(const Problem& p)
+      : q_mul(p.softcap > 0 ? p.scale / p.softcap : p.scale * kLog2e),
+        cap_log2e(p.softcap * kLog2e),
+        softcap(p.softcap > 0) {}
+};
+
+// s (rows x cols) = scores of Q tile rows against K tile rows, -inf where the mask hides a key.
+void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, int64_t head_dim,
+                const float* q, const float* k, float* s) {
+  gemm_abt(rows, cols, head_dim, q, head_dim, k, head_dim, s, cols, /*accumulate=*/false);
+  if (map.softcap)
+    for (int64_t i = 0; i < rows * cols; ++i) s[i] = map.cap_log2e * std::tanh(s[i]);
+  if (!mask.full)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = s + r * cols;
+      std::fill(row, row + mask.begin[r], kNegInf);
+      std::fill(row + mask.end[r], row + cols, kNegInf);
+    }
+}
+
+// Turns s into P = 2^(s - m_new) row by row and returns, per row, the factor 2^(m_old - m_new) that earlier
+// partial results must be multiplied by. Rows that have seen no key yet keep m = -inf and get P = 0.
+void online_softmax_step(int64_t rows, int64_t cols, float* s, float* m, float* l, float* alpha) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = s + r * cols;
+    float mx = m[r];
+    for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, row[c]);
+    const float m_new = mx;
+    const float shift = m_new == kNegInf ? 0.0f : m_new;  // an all-masked row: avoid -inf - -inf
+    alpha[r] = m[r] - shift;
+    for (int64_t c = 0; c < cols; ++c) row[c] -= shift;
+    m[r] = m_new;
+  }
+  exp2_inplace(s, rows * cols);
+  exp2_inplace(alpha, rows);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = s + r * cols;
+    float sum = 0.0f;
+    for (int64_t c = 0; c < cols; ++c) sum += row[c];
+    l[r] = l[r] * alpha[r] + sum;
+  }
+}
+
+// Writes O rows (o_acc / l, or 0 for rows that saw no key, m = -inf) and their LSE in natural-log units.
+// A NaN that reached l (NaN in a visible q, k or v) stays NaN in O and LSE.
+void write_rows(const ForwardParams& params, const Problem& p, int64_t b, int64_t h, int64_t row0, int64_t rows,
+                const float* m, const float* l, float* o_acc) {
+  const int64_t dv = p.head_dim_v;
+  for (int64_t r = 0; r < rows; ++r) {
+    const bool seen = m[r] != kNegInf;
+    const float inv = 1.0f / l[r];
+    float* o = o_acc + r * dv;
+    for (int64_t d = 0; d < dv; ++d) o[d] = seen ? o[d] * inv : 0.0f;
+  }
+  store_tile(params.out, b, h, row0, rows, dv, 1.0f, o_acc);
+  if (!p.with_lse) return;
+  float* lse = static_cast<float*>(params.lse.data);
+  for (int64_t r = 0; r < rows; ++r)
+    lse[offset_bhs(params.lse, b, h, row0 + r)] =
+        m[r] != kNegInf ? static_cast<float>((m[r] + std::log2(static_cast<double>(l[r]))) * kLn2) : kNegInf;
+}
+
+Status forward_flash2(const ForwardParams& params, const Problem& p) {
+  using T = ForwardTiles;
+  const int64_t d = p.head_dim, dv = p.head_dim_v;
+  const int64_t m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
+  // Per thread: Q (M x d), K (N x d), V (N x dv), S (M x N), O (M x dv), m, l, alpha (M each).
+  const int64_t ws = T::kBlockM * d + T::kBlockN * (d + dv) + T::kBlockM * T::kBlockN + T::kBlockM * dv +
+                     3 * T::kBlockM;
+  const ScoreMap map(p);
+  return parallel_tasks(p.batch * p.heads_q * m_blocks, params.num_threads, ws, [&](int64_t task, float* w) {
+    const int64_t mb = task % m_blocks, h = (task / m_blocks) % p.heads_q, b = task / (m_blocks * p.heads_q);
+    const int64_t hk = h / p.group();
+    const int64_t row0 = mb * T::kBlockM, rows = std::min(T::kBlockM, p.seqlen_q - row0);
+    float *q = w, *k = q + T::kBlockM * d, *v = k + T::kBlockN * d, *s = v + T::kBlockN * dv;
+    float *o = s + T::kBlockM * T::kBlockN, *m = o + T::kBlockM * dv, *l = m + T::kBlockM, *alpha = l + T::kBlockM;
+    std::fill(o, o + rows * dv, 0.0f);
+    std::fill(m, m + rows, kNegInf);
+    std::fill(l, l + rows, 0.0f);
+    // Keys seen by any row of the block; tiles outside it are hidden from every row and never touched.
+    const int64_t key_begin = p.keys.lo(row0), key_end = p.keys.hi(row0 + rows - 1) + 1;
+    if (key_begin < key_end) load_tile(params.q, b, h, row0, rows, d, map.q_mul, q);
+    for (int64_t col0 = key_begin; col0 < key_end; col0 += T::kBlockN) {
+      const int64_t cols = std::min(T::kBlockN, key_end - col0);
+      const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
+      load_tile(params.k, b, hk, col0, cols, d, 1.0f, k);
+      load_tile(params.v, b, hk, col0, cols, dv, 1.0f, v);
+      score_tile(map, mask, rows, cols, d, q, k, s);
+      online_softmax_step(rows, cols, s, m, l, alpha);
+      for (int64_t r = 0; r < rows; ++r)
+        if (alpha[r] != 1.0f)
+          for (int64_t c = 0; c < dv; ++c) o[r * dv + c] *= alpha[r];
+      accumulate_w_in(mask, rows, cols, dv, s, v, o);
+    }
+    write_rows(params, p, b, h, row0, rows, m, l, o);
+  });
+}
+
+Status forward_flash1(const ForwardParams& params, const Problem& p) {
+  using T = ForwardTiles;
+  const int64_t d = p.head_dim, dv = p.head_dim_v, sq = p.seqlen_q;
+  // Per thread: the head's O (sq x dv), m and l (sq each), plus Q, K, V, S, a P*V tile and alpha.
+  const int64_t ws = sq * dv + 2 * sq + T::kBlockM * d + T::kBlockN * (d + dv) + T::kBlockM * T::kBlockN +
+                     T::kBlockM * dv + T::kBlockM;
+  const ScoreMap map(p);
+  return parallel_tasks(p.batch * p.heads_q, params.num_threads, ws, [&](int64_t task, float* w) {
+    const int64_t h = task % p.heads_q, b = task / p.heads_q, hk = h / p.group();
+    float *o_all = w, *m_all = o_all + sq * dv, *l_all = m_all + sq;
+    float *q = l_all + sq, *k = q + T::kBlockM * d, *v = k + T::kBlockN * d, *s = v + T::kBlockN * dv;
+    float *pv = s + T::kBlockM * T::kBlockN, *alpha = pv + T::kBlockM * dv;
+    std::fill(o_all, o_all + sq * dv, 0.0f);
+    std::fill(m_all, m_all + sq, kNegInf);
+    std::fill(l_all, l_all + sq, 0.0f);
+    for (int64_t col0 = 0; col0 < p.seqlen_k; col0 += T::kBlockN) {
+      const int64_t cols = std::min(T::kBlockN, p.seqlen_k - col0);
+      load_tile(params.k, b, hk, col0, cols, d, 1.0f, k);
+      load_tile(params.v, b, hk, col0, cols, dv, 1.0f, v);
+      // Query tiles that see at least one key of this K/V tile.
+      const int64_t first = p.keys.row_begin(col0), last = p.keys.row_end(col0 + cols);
+      if (first >= last) continue;
+      for (int64_t row0 = first - first % T::kBlockM; row0 < last; row0 += T::kBlockM) {
+        const int64_t rows = std::min(T::kBlockM, sq - row0);
+        const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
+        float *o = o_all + row0 * dv, *m = m_all + row0, *l = l_all + row0;
+        load_tile(params.q, b, h, row0, rows, d, map.q_mul, q);
+        score_tile(map, mask, rows, cols, d, q, k, s);
+        float l_old[T::kBlockM];
+        std::copy(l, l + rows, l_old);
+        online_softmax_step(rows, cols, s, m, l, alpha);
+        std::fill(pv, pv + rows * dv, 0.0f);
+        accumulate_w_in(mask, rows, cols, dv, s, v, pv);
+        // O_new = (l_old * alpha * O_old + P V) / l_new: the stored O is normalised after every step.
+        for (int64_t r = 0; r < rows; ++r) {
+          if (m[r] == kNegInf) continue;
+          const float keep = l_old[r] * alpha[r] / l[r], add = 1.0f / l[r];
+          for (int64_t c = 0; c < dv; ++c) o[r * dv + c] = o[r * dv + c] * keep + pv[r * dv + c] * add;
+        }
+      }
+    }
+    // O is already normalised; write_rows divides by l, so fold l into m (for the LSE) and hand it l = 1.
+    for (int64_t r = 0; r < sq; ++r) {
+      if (m_all[r] != kNegInf) m_all[r] += std::log2(l_all[r]), l_all[r] = 1.0f;
+    }
+    write_rows(params, p, b, h, 0, sq, m_all, l_all, o_all);
+  });
+}
+
+}  // namespace
+
+Status flash_forward(const ForwardParams& params, const Problem& p, Schedule schedule) {
+  return schedule == Schedule::kFlash2 ? forward_flash2(params, p) : forward_flash1(params, p);
+}
+
+}  // namespace flashtile::cpu

@@ -1,0 +1,40 @@
+// Runs independent tasks on CPU threads, each thread with its own workspace (fp32, or float64 for the oracle). The workspace is
+// allocated before any task runs, so running out of memory is reported before any output is written.
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <new>
+#include <vector>
+
+#include "flashtile/flashtile.hpp"
+
+namespace flashtile::cpu {
+
+inline int resolve_threads(int32_t requested) { return requested > 0 ? requested : omp_get_max_threads(); }
+
+// task(index, workspace) for index in [0, num_tasks). Tasks are handed out dynamically (causal masks make
+// their costs uneven); results never depend on which thread ran a task, so outputs are deterministic.
+template <typename Elem = float, typename Task>
+Status parallel_tasks(int64_t num_tasks, int32_t num_threads, int64_t workspace_elems, Task&& task) {
+  const int threads = static_cast<int>(std::min<int64_t>(resolve_threads(num_threads), std::max<int64_t>(num_tasks, 1)));
+  std::vector<Elem> workspace;
+  try {
+    workspace.resize(static_cast<size_t>(threads) * static_cast<size_t>(workspace_elems));
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kOutOfMemory, "CPU workspace: cannot allocate " +
+                                          std::to_string(threads * workspace_elems * sizeof(Elem)) + " bytes"};
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    Elem* mine = workspace.data() + static_cast<size_t>(omp_get_thread_num()) * workspace_elems;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t i = 0; i < num_tasks; ++i) task(i, mine);
+  }
+  return {};
+}
+
+}  // namespace flashtile::cpu

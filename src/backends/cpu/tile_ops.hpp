@@ -1,0 +1,52 @@
+// Building blocks of the CPU flash paths: dense fp32 tiles cut from strided BSHD tensors, the tile GEMMs,
+// masking, and a vectorised exp2. The forward (both schedules) and the backward are written from these.
+//
+// Why a BLAS for the tile products: the tile GEMMs are >95% of the FLOPs. OpenBLAS picks an AVX2/AVX-512
+// micro-kernel for the CPU it runs on at load time (one binary serves any x86-64), and its small-matrix
+// kernels beat the auto-vectorised loops we measured by several times. Everything else (softmax, masks,
+// conversions) is O(tile) work per O(tile * head_dim) GEMM work and stays in plain loops.
+#pragma once
+
+#include <cstdint>
+
+#include "common/problem.hpp"
+
+namespace flashtile::cpu {
+
+// Rows [row0, row0 + rows) of head `head` of batch `b`, as a dense fp32 tile (rows x dim), each element
+// multiplied by `mul` (used to fold the softmax scale into Q).
+void load_tile(const Tensor& t, int64_t b, int64_t head, int64_t row0, int64_t rows, int64_t dim, float mul,
+               float* tile);
+// The reverse: tile rows (rows x dim, dense fp32) times `mul`, rounded to t's dtype.
+void store_tile(const Tensor& t, int64_t b, int64_t head, int64_t row0, int64_t rows, int64_t dim, float mul,
+                const float* tile);
+
+// x[i] = 2^x[i] for n contiguous floats; exact 0 for x <= -125 (including -inf), NaN for NaN.
+// Relative error about 1e-7.
+void exp2_inplace(float* x, int64_t n);
+
+// The visible keys of each row of a (rows x cols) tile, in tile coordinates: [begin[r], end[r]). A tile
+// with every key visible to every row is "full" and takes the plain GEMM paths; others go element-wise so
+// that a NaN or Inf stored at a masked position never reaches an output (0 * NaN would be NaN).
+struct TileMask {
+  static constexpr int kMaxRows = 128;
+  bool full = true;
+  int32_t begin[kMaxRows];
+  int32_t end[kMaxRows];
+};
+TileMask make_tile_mask(const KeyRange& keys, int64_t row0, int64_t rows, int64_t col0, int64_t cols);
+
+// C (m x n, ldc) (+)= A (m x k, lda) * B^T, with B (n x k, ldb). The S = Q K^T and dP = dO V^T products.
+void gemm_abt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
+              int64_t ldc, bool accumulate);
+
+// out (rows x dim) += W (rows x cols) * in (cols x dim), counting only each row's visible columns.
+// The O += P V and dQ += dS K products.
+void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w, const float* in,
+                     float* out);
+// out (cols x dim) += W^T (cols x rows) * in (rows x dim), counting only visible (row, col) pairs.
+// The dV += P^T dO and dK += dS^T Q products.
+void accumulate_wt_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w,
+                      const float* in, float* out);
+
+}  // namespace flashtile::cpu

@@ -1,0 +1,509 @@
+#include "verify/verify.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <sstream>
+
+#include "backends/cpu/reference.hpp"
+#include "common/numeric.hpp"
+#include "common/problem.hpp"
+
+namespace flashtile::verify {
+
+namespace {
+
+constexpr int64_t kGuard = 64;  // NaN elements on each side of every buffer
+
+uint32_t nan_pattern(DType d) { return d == DType::kFloat32 ? 0x7fc00000u : d == DType::kFloat16 ? 0x7e00u : 0x7fc0u; }
+
+std::vector<int64_t> strides_for(const std::vector<int64_t>& shape, Layout layout, int64_t* storage_offset) {
+  const size_t n = shape.size();
+  std::vector<int64_t> st(n, 1);
+  *storage_offset = 0;
+  auto dim = [&](size_t i) { return std::max<int64_t>(shape[i], 1); };
+  if (layout == Layout::kHeadsFirst && n == 4) {  // memory order B, H, S, D
+    st[3] = 1;
+    st[1] = dim(3);
+    st[2] = dim(1) * dim(3);
+    st[0] = dim(2) * dim(1) * dim(3);
+    return st;
+  }
+  const int64_t pad = layout == Layout::kPadded ? 3 : 0;
+  for (int i = static_cast<int>(n) - 2; i >= 0; --i) st[i] = st[i + 1] * dim(i + 1) + pad;
+  if (layout == Layout::kPadded) *storage_offset = 11;
+  return st;
+}
+
+// Lexicographic walk over a logical shape.
+template <typename Fn>
+void for_each_index(const std::vector<int64_t>& shape, Fn&& fn) {
+  int64_t total = 1;
+  for (int64_t s : shape) total *= s;
+  std::vector<int64_t> idx(shape.size(), 0);
+  for (int64_t i = 0; i < total; ++i) {
+    fn(idx);
+    for (int d = static_cast<int>(shape.size()) - 1; d >= 0; --d) {
+      if (++idx[d] < shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+flashtile::Problem to_internal(const Problem& p, bool with_lse) {
+  flashtile::Problem q;
+  q.batch = p.batch, q.seqlen_q = p.seqlen_q, q.seqlen_k = p.seqlen_k, q.heads_q = p.heads_q;
+  q.heads_kv = p.heads_kv, q.head_dim = p.head_dim, q.head_dim_v = p.head_dim_v, q.dtype = p.dtype;
+  q.scale = std::isnan(p.options.softmax_scale) ? 1.0f / std::sqrt(static_cast<float>(p.head_dim))
+                                                 : p.options.softmax_scale;
+  q.softcap = p.options.softcap;
+  q.keys.seqlen_q = p.seqlen_q;
+  q.keys.seqlen_k = p.seqlen_k;
+  q.keys.offset = p.seqlen_k - p.seqlen_q;
+  const int64_t widest = p.seqlen_q + p.seqlen_k;
+  auto clamp_bound = [&](int64_t w) { return w < 0 ? int64_t{-1} : std::min(w, widest); };
+  q.keys.left = clamp_bound(p.options.window_left);
+  q.keys.right = clamp_bound(p.options.window_right);
+  if (p.options.causal) q.keys.right = q.keys.right < 0 ? 0 : std::min<int64_t>(q.keys.right, 0);
+  q.with_lse = with_lse;
+  return q;
+}
+
+double ulp2(DType dtype, const std::vector<double>& want) {
+  double mx = 0;
+  for (double w : want)
+    if (std::isfinite(w)) mx = std::max(mx, std::fabs(w));
+  return 2.0 * ulp_of(dtype, mx);
+}
+
+// ---- the same-precision baseline -------------------------------------------------------------------------
+
+struct BaselineMath {
+  const Case& c;
+  flashtile::Problem p;
+  DType dt;
+  float rd(float x) const { return round_to(dt, x); }
+  float dot(const HostTensor& a, int64_t b, int64_t s, int64_t h, const HostTensor& x, int64_t s2, int64_t h2,
+            int64_t n) const {
+    float acc = 0;
+    for (int64_t d = 0; d < n; ++d) acc += a.get({b, s, h, d}) * x.get({b, s2, h2, d});
+    return acc;
+  }
+  // P row (rounded to dtype) over visible keys [lo, hi], plus the fp32 LSE of the rounded scores.
+  void probs(int64_t b, int64_t h, int64_t i, std::vector<float>& prob, std::vector<float>& th, float* lse) const {
+    const int64_t hk = h / p.group(), lo = p.keys.lo(i), hi = p.keys.hi(i);
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = lo; j <= hi; ++j) {
+      float s = rd(p.scale * rd(dot(c.q, b, i, h, c.k, j, hk, p.head_dim)));
+      if (p.softcap > 0) {
+        th[j] = std::tanh(s / p.softcap);
+        s = rd(p.softcap * th[j]);
+      }
+      prob[j] = s;
+      mx = std::max(mx, s);
+    }
+    float sum = 0;
+    for (int64_t j = lo; j <= hi; ++j) sum += (prob[j] = std::exp(prob[j] - mx));
+    for (int64_t j = lo; j <= hi; ++j) prob[j] = rd(prob[j] / sum);
+    *lse = lo > hi ? -std::numeric_limits<float>::infinity() : mx + std::log(sum);
+  }
+};
+
+}  // namespace
+
+// ---- HostTensor ------------------------------------------------------------------------------------------
+
+HostTensor::HostTensor(DType dtype, std::vector<int64_t> shape, Layout layout) : shape_(std::move(shape)) {
+  int64_t offset = 0;
+  std::vector<int64_t> st = strides_for(shape_, layout, &offset);
+  int64_t span = 1;
+  for (size_t d = 0; d < shape_.size(); ++d) span += std::max<int64_t>(shape_[d] - 1, 0) * st[d];
+  if (numel() == 0) span = 0;
+  payload_elems_ = offset + span;
+  guard_elems_ = kGuard;
+  base_ = guard_elems_ + offset;
+  storage_ = std::make_shared<std::vector<uint8_t>>((payload_elems_ + 2 * guard_elems_) * dtype_size(dtype));
+  view_.dtype = dtype;
+  view_.ndim = static_cast<int32_t>(shape_.size());
+  for (size_t d = 0; d < shape_.size(); ++d) view_.shape[d] = shape_[d], view_.stride[d] = st[d];
+  view_.data = storage_->data() + base_ * dtype_size(dtype);
+  poison();
+}
+
+HostTensor HostTensor::view_of(HostTensor& owner, int64_t element_offset, std::vector<int64_t> shape,
+                               std::vector<int64_t> strides) {
+  HostTensor t;
+  t.storage_ = owner.storage_;
+  t.guard_elems_ = owner.guard_elems_;
+  t.payload_elems_ = owner.payload_elems_;
+  t.base_ = owner.base_ + element_offset;
+  t.shape_ = std::move(shape);
+  t.view_ = owner.view_;
+  t.view_.ndim = static_cast<int32_t>(t.shape_.size());
+  for (size_t d = 0; d < t.shape_.size(); ++d) t.view_.shape[d] = t.shape_[d], t.view_.stride[d] = strides[d];
+  t.view_.data = t.storage_->data() + t.base_ * dtype_size(t.view_.dtype);
+  return t;
+}
+
+int64_t HostTensor::numel() const {
+  int64_t n = 1;
+  for (int64_t s : shape_) n *= s;
+  return n;
+}
+
+int64_t HostTensor::offset(const std::vector<int64_t>& index) const {
+  int64_t off = 0;
+  for (size_t d = 0; d < index.size(); ++d) off += index[d] * view_.stride[d];
+  return off;
+}
+
+float HostTensor::get(const std::vector<int64_t>& index) const { return load_as_float(view_.data, view_.dtype, offset(index)); }
+void HostTensor::set(const std::vector<int64_t>& index, float value) {
+  store_from_float(view_.data, view_.dtype, offset(index), value);
+}
+
+std::vector<double> HostTensor::to_doubles() const {
+  std::vector<double> out;
+  out.reserve(numel());
+  for_each_index(shape_, [&](const std::vector<int64_t>& i) { out.push_back(get(i)); });
+  return out;
+}
+
+void HostTensor::fill_normal(std::mt19937_64& rng, float scale) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  for_each_index(shape_, [&](const std::vector<int64_t>& i) { set(i, normal(rng) * scale); });
+}
+
+void HostTensor::poison() {
+  if (!storage_) return;
+  const size_t es = dtype_size(view_.dtype), n = storage_->size() / es;
+  const uint32_t pat = nan_pattern(view_.dtype);
+  for (size_t i = 0; i < n; ++i) std::memcpy(storage_->data() + i * es, &pat, es);
+}
+
+bool HostTensor::guards_intact() const {
+  if (!storage_) return true;
+  const size_t es = dtype_size(view_.dtype);
+  const int64_t total = static_cast<int64_t>(storage_->size() / es);
+  for (int64_t i = 0; i < total; ++i) {
+    if (i >= guard_elems_ && i < total - guard_elems_) continue;
+    if (!std::isnan(load_as_float(storage_->data(), view_.dtype, i))) return false;
+  }
+  return true;
+}
+
+int64_t HostTensor::unwritten() const {
+  int64_t n = 0;
+  for_each_index(shape_, [&](const std::vector<int64_t>& i) { n += std::isnan(get(i)) ? 1 : 0; });
+  return n;
+}
+
+// ---- cases -----------------------------------------------------------------------------------------------
+
+std::string Problem::describe() const {
+  std::ostringstream s;
+  s << "B" << batch << " Sq" << seqlen_q << " Sk" << seqlen_k << " H" << heads_q << "/" << heads_kv << " D"
+    << head_dim << "/" << head_dim_v << " " << dtype_name(dtype);
+  if (options.causal) s << " causal";
+  if (options.window_left >= 0 || options.window_right >= 0)
+    s << " window(" << options.window_left << "," << options.window_right << ")";
+  if (options.softcap > 0) s << " softcap" << options.softcap;
+  if (!std::isnan(options.softmax_scale)) s << " scale" << options.softmax_scale;
+  s << (layout == Layout::kContiguous ? "" : layout == Layout::kHeadsFirst ? " bhsd-view" : " padded");
+  s << (inputs == Inputs::kPeaked ? " peaked" : "");
+  return s.str();
+}
+
+Case Case::make(const Problem& pr, uint64_t seed, bool with_backward) {
+  Case c;
+  c.problem = pr;
+  std::mt19937_64 rng(seed);
+  const DType dt = pr.dtype;
+  c.q = HostTensor(dt, {pr.batch, pr.seqlen_q, pr.heads_q, pr.head_dim}, pr.layout);
+  c.k = HostTensor(dt, {pr.batch, pr.seqlen_k, pr.heads_kv, pr.head_dim}, pr.layout);
+  c.v = HostTensor(dt, {pr.batch, pr.seqlen_k, pr.heads_kv, pr.head_dim_v}, pr.layout);
+  c.out = HostTensor(dt, {pr.batch, pr.seqlen_q, pr.heads_q, pr.head_dim_v}, pr.layout);
+  c.lse = HostTensor(DType::kFloat32, {pr.batch, pr.heads_q, pr.seqlen_q}, pr.layout);
+  const bool peaked = pr.inputs == Inputs::kPeaked;
+  c.q.fill_normal(rng, peaked ? 5.0f : 1.0f);
+  c.k.fill_normal(rng, peaked ? 3.0f : 1.0f);
+  c.v.fill_normal(rng, 1.0f);
+  if (with_backward) {
+    // dO gets its own layout, different from O's, as TESTING.md asks.
+    const Layout dout_layout = pr.layout == Layout::kContiguous ? Layout::kPadded : Layout::kContiguous;
+    c.dout = HostTensor(dt, {pr.batch, pr.seqlen_q, pr.heads_q, pr.head_dim_v}, dout_layout);
+    c.dout.fill_normal(rng, 1.0f);
+    c.dq = HostTensor(dt, {pr.batch, pr.seqlen_q, pr.heads_q, pr.head_dim}, pr.layout);
+    c.dk = HostTensor(dt, {pr.batch, pr.seqlen_k, pr.heads_kv, pr.head_dim}, pr.layout);
+    c.dv = HostTensor(dt, {pr.batch, pr.seqlen_k, pr.heads_kv, pr.head_dim_v}, pr.layout);
+  }
+  return c;
+}
+
+ForwardParams Case::forward_params(Backend backend) const {
+  ForwardParams f;
+  f.q = q.view(), f.k = k.view(), f.v = v.view(), f.out = out.view(), f.lse = lse.view();
+  f.options = problem.options;
+  f.backend = backend;
+  return f;
+}
+
+BackwardParams Case::backward_params(Backend backend) const {
+  BackwardParams b;
+  b.q = q.view(), b.k = k.view(), b.v = v.view(), b.out = out.view(), b.lse = lse.view(), b.dout = dout.view();
+  b.dq = dq.view(), b.dk = dk.view(), b.dv = dv.view();
+  b.options = problem.options;
+  b.backend = backend;
+  return b;
+}
+
+// ---- oracle and baseline over whole tensors --------------------------------------------------------------
+
+Reference oracle(const Case& c, bool with_backward) {
+  const Problem& pr = c.problem;
+  const flashtile::Problem p = to_internal(pr, true);
+  Reference r;
+  r.o.assign(pr.batch * pr.seqlen_q * pr.heads_q * pr.head_dim_v, 0.0);
+  r.lse.assign(pr.batch * pr.heads_q * pr.seqlen_q, 0.0);
+  std::vector<double> scratch(std::max<int64_t>(pr.seqlen_k, 1));
+  const Tensor q = c.q.view(), k = c.k.view(), v = c.v.view();
+  for (int64_t b = 0; b < pr.batch; ++b)
+    for (int64_t i = 0; i < pr.seqlen_q; ++i)
+      for (int64_t h = 0; h < pr.heads_q; ++h)
+        cpu::oracle::forward_row(q, k, v, p, b, h, i, &r.o[((b * pr.seqlen_q + i) * pr.heads_q + h) * pr.head_dim_v],
+                                 &r.lse[(b * pr.heads_q + h) * pr.seqlen_q + i], scratch.data());
+  if (!with_backward) return r;
+  r.dq.assign(pr.batch * pr.seqlen_q * pr.heads_q * pr.head_dim, 0.0);
+  r.dk.assign(pr.batch * pr.seqlen_k * pr.heads_kv * pr.head_dim, 0.0);
+  r.dv.assign(pr.batch * pr.seqlen_k * pr.heads_kv * pr.head_dim_v, 0.0);
+  const int64_t g = p.group();
+  std::vector<double> dq(g * pr.seqlen_q * pr.head_dim), dk(pr.seqlen_k * pr.head_dim),
+      dv(pr.seqlen_k * pr.head_dim_v), s3(3 * std::max<int64_t>(pr.seqlen_k, 1));
+  for (int64_t b = 0; b < pr.batch; ++b)
+    for (int64_t hk = 0; hk < pr.heads_kv; ++hk) {
+      cpu::oracle::backward_group(q, k, v, c.dout.view(), p, b, hk, dq.data(), dk.data(), dv.data(), s3.data());
+      for (int64_t gi = 0; gi < g; ++gi)
+        for (int64_t i = 0; i < pr.seqlen_q; ++i)
+          std::copy_n(&dq[(gi * pr.seqlen_q + i) * pr.head_dim], pr.head_dim,
+                      &r.dq[((b * pr.seqlen_q + i) * pr.heads_q + hk * g + gi) * pr.head_dim]);
+      for (int64_t j = 0; j < pr.seqlen_k; ++j) {
+        std::copy_n(&dk[j * pr.head_dim], pr.head_dim, &r.dk[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * pr.head_dim]);
+        std::copy_n(&dv[j * pr.head_dim_v], pr.head_dim_v,
+                    &r.dv[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * pr.head_dim_v]);
+      }
+    }
+  return r;
+}
+
+Reference baseline(const Case& c, bool with_backward) {
+  const Problem& pr = c.problem;
+  const BaselineMath m{c, to_internal(pr, true), pr.dtype};
+  const flashtile::Problem& p = m.p;
+  const int64_t g = p.group(), D = pr.head_dim, Dv = pr.head_dim_v;
+  Reference r;
+  r.o.assign(pr.batch * pr.seqlen_q * pr.heads_q * Dv, 0.0);
+  r.lse.assign(pr.batch * pr.heads_q * pr.seqlen_q, 0.0);
+  if (with_backward) {
+    r.dq.assign(pr.batch * pr.seqlen_q * pr.heads_q * D, 0.0);
+    r.dk.assign(pr.batch * pr.seqlen_k * pr.heads_kv * D, 0.0);
+    r.dv.assign(pr.batch * pr.seqlen_k * pr.heads_kv * Dv, 0.0);
+  }
+  std::vector<float> prob(std::max<int64_t>(pr.seqlen_k, 1)), th(prob.size()), dp(prob.size()), acc;
+  std::vector<float> dk_acc(pr.seqlen_k * D), dv_acc(pr.seqlen_k * Dv);
+  for (int64_t b = 0; b < pr.batch; ++b)
+    for (int64_t hk = 0; hk < pr.heads_kv; ++hk) {
+      std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
+      std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+      for (int64_t h = hk * g; h < (hk + 1) * g; ++h)
+        for (int64_t i = 0; i < pr.seqlen_q; ++i) {
+          const int64_t lo = p.keys.lo(i), hi = p.keys.hi(i);
+          float lse = 0;
+          m.probs(b, h, i, prob, th, &lse);
+          r.lse[(b * pr.heads_q + h) * pr.seqlen_q + i] = lse;
+          for (int64_t d = 0; d < Dv; ++d) {
+            float o = 0;
+            for (int64_t j = lo; j <= hi; ++j) o += prob[j] * c.v.get({b, j, hk, d});
+            r.o[((b * pr.seqlen_q + i) * pr.heads_q + h) * Dv + d] = m.rd(o);
+          }
+          if (!with_backward || lo > hi) continue;
+          float t = 0;
+          for (int64_t j = lo; j <= hi; ++j) {
+            dp[j] = m.rd(m.dot(c.dout, b, i, h, c.v, j, hk, Dv));
+            t += prob[j] * dp[j];
+          }
+          acc.assign(D, 0.0f);
+          for (int64_t j = lo; j <= hi; ++j) {
+            float ds = m.rd(prob[j] * (dp[j] - m.rd(t)));
+            if (p.softcap > 0) ds = m.rd(ds * (1.0f - th[j] * th[j]));
+            ds = m.rd(ds * p.scale);
+            for (int64_t d = 0; d < D; ++d) {
+              acc[d] += ds * c.k.get({b, j, hk, d});
+              dk_acc[j * D + d] += ds * c.q.get({b, i, h, d});
+            }
+            for (int64_t d = 0; d < Dv; ++d) dv_acc[j * Dv + d] += prob[j] * c.dout.get({b, i, h, d});
+          }
+          for (int64_t d = 0; d < D; ++d) r.dq[((b * pr.seqlen_q + i) * pr.heads_q + h) * D + d] = m.rd(acc[d]);
+        }
+      if (!with_backward) continue;
+      for (int64_t j = 0; j < pr.seqlen_k; ++j) {
+        for (int64_t d = 0; d < D; ++d) r.dk[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * D + d] = m.rd(dk_acc[j * D + d]);
+        for (int64_t d = 0; d < Dv; ++d)
+          r.dv[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * Dv + d] = m.rd(dv_acc[j * Dv + d]);
+      }
+    }
+  return r;
+}
+
+// ---- the rule --------------------------------------------------------------------------------------------
+
+std::string Verdict::summary() const {
+  std::ostringstream s;
+  s << name << (pass ? " ok" : " FAIL") << ": max " << max_err << " (bound " << bound << "), mean " << mean_err
+    << " (baseline " << mean_base << ")";
+  if (nonfinite) s << ", " << nonfinite << " non-finite";
+  return s.str();
+}
+
+Verdict compare(const std::string& name, const std::vector<double>& got, const std::vector<double>& want,
+                const std::vector<double>& base, DType dtype, double multiplier) {
+  Verdict v;
+  v.name = name;
+  const size_t n = want.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(want[i])) continue;
+    if (!std::isfinite(got[i])) {
+      ++v.nonfinite;
+      continue;
+    }
+    const double e = std::fabs(got[i] - want[i]), eb = std::fabs(base[i] - want[i]);
+    v.max_err = std::max(v.max_err, e);
+    v.max_base = std::max(v.max_base, eb);
+    v.mean_err += e;
+    v.mean_base += eb;
+  }
+  if (n) v.mean_err /= n, v.mean_base /= n;
+  const double slack = ulp2(dtype, want);
+  v.bound = multiplier * v.max_base + slack;
+  // The mean bound gets a floor of half an ulp at the tensor's mean magnitude: where the baseline is exact
+  // (one visible key: P = 1, dS = 0) a flash backward still carries one rounding of the LSE and of
+  // D = rowsum(dO * O), and the rule would otherwise demand zero error.
+  double mean_mag = 0;
+  for (double w : want) mean_mag += std::isfinite(w) ? std::fabs(w) : 0.0;
+  const double mean_floor = n ? 0.5 * ulp_of(dtype, mean_mag / n) : 0.0;
+  v.pass = v.nonfinite == 0 && v.max_err <= v.bound && v.mean_err <= 1.5 * v.mean_base + mean_floor;
+  return v;
+}
+
+Verdict compare_lse(const std::vector<double>& got, const std::vector<double>& want, DType dtype) {
+  Verdict v;
+  v.name = "lse";
+  const double tol = dtype == DType::kFloat32 ? 1e-5 : 1e-3;
+  bool ok = true;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isinf(want[i]) && want[i] < 0) {  // a row with no visible key must say so exactly
+      if (!(std::isinf(got[i]) && got[i] < 0)) ++v.nonfinite;
+      continue;
+    }
+    if (!std::isfinite(got[i])) {
+      ++v.nonfinite;
+      continue;
+    }
+    const double e = std::fabs(got[i] - want[i]);
+    v.max_err = std::max(v.max_err, e);
+    v.mean_err += e;
+    ok = ok && e <= tol * std::max(1.0, std::fabs(want[i]));
+  }
+  if (!want.empty()) v.mean_err /= want.size();
+  v.bound = tol;
+  v.pass = ok && v.nonfinite == 0;
+  return v;
+}
+
+bool CheckResult::pass() const {
+  if (!error.empty()) return false;
+  for (const Verdict& v : verdicts)
+    if (!v.pass) return false;
+  return true;
+}
+
+std::string CheckResult::summary() const {
+  std::string s = error;
+  for (const Verdict& v : verdicts) s += (s.empty() ? "" : "; ") + v.summary();
+  return s;
+}
+
+namespace {
+
+// Poisoned outputs must all be written and their guards untouched.
+void check_written(CheckResult& r, const char* name, const HostTensor& t) {
+  if (!t.guards_intact()) r.error += std::string(r.error.empty() ? "" : "; ") + name + ": guard band overwritten";
+  if (int64_t n = t.unwritten(); n > 0)
+    r.error += std::string(r.error.empty() ? "" : "; ") + name + ": " + std::to_string(n) + " elements left NaN";
+}
+
+}  // namespace
+
+CheckResult check(const Problem& problem, uint64_t seed, Backend backend, bool with_backward) {
+  CheckResult r;
+  Case c = Case::make(problem, seed, with_backward);
+  Status s = forward(c.forward_params(backend));
+  if (!s.ok()) {
+    r.error = std::string("forward: ") + s.message;
+    return r;
+  }
+  check_written(r, "out", c.out);
+  check_written(r, "lse", c.lse);
+  if (with_backward) {
+    s = flashtile::backward(c.backward_params(backend));
+    if (!s.ok()) {
+      r.error = std::string("backward: ") + s.message;
+      return r;
+    }
+    check_written(r, "dq", c.dq);
+    check_written(r, "dk", c.dk);
+    check_written(r, "dv", c.dv);
+  }
+  const Reference want = oracle(c, with_backward), base = baseline(c, with_backward);
+  const DType dt = problem.dtype;
+  r.verdicts.push_back(compare("out", c.out.to_doubles(), want.o, base.o, dt, 2.0));
+  r.verdicts.push_back(compare_lse(c.lse.to_doubles(), want.lse, dt));
+  if (with_backward) {
+    r.verdicts.push_back(compare("dq", c.dq.to_doubles(), want.dq, base.dq, dt, 3.0));
+    r.verdicts.push_back(compare("dk", c.dk.to_doubles(), want.dk, base.dk, dt, 3.0));
+    r.verdicts.push_back(compare("dv", c.dv.to_doubles(), want.dv, base.dv, dt, 3.0));
+  }
+  return r;
+}
+
+CheckResult check_rows(const Case& c, const std::vector<RowSample>& samples) {
+  const Problem& pr = c.problem;
+  const flashtile::Problem p = to_internal(pr, true);
+  const BaselineMath m{c, p, pr.dtype};
+  std::vector<double> got, want, base, got_lse, want_lse;
+  std::vector<double> o(pr.head_dim_v), scratch(std::max<int64_t>(pr.seqlen_k, 1));
+  std::vector<float> prob(scratch.size()), th(scratch.size());
+  for (const RowSample& s : samples) {
+    double lse = 0;
+    cpu::oracle::forward_row(c.q.view(), c.k.view(), c.v.view(), p, s.b, s.h, s.row, o.data(), &lse, scratch.data());
+    float base_lse = 0;
+    m.probs(s.b, s.h, s.row, prob, th, &base_lse);
+    const int64_t hk = s.h / p.group(), lo = p.keys.lo(s.row), hi = p.keys.hi(s.row);
+    for (int64_t d = 0; d < pr.head_dim_v; ++d) {
+      float acc = 0;
+      for (int64_t j = lo; j <= hi; ++j) acc += prob[j] * c.v.get({s.b, j, hk, d});
+      got.push_back(c.out.get({s.b, s.row, s.h, d}));
+      want.push_back(o[d]);
+      base.push_back(m.rd(acc));
+    }
+    got_lse.push_back(c.lse.get({s.b, s.h, s.row}));
+    want_lse.push_back(lse);
+  }
+  CheckResult r;
+  r.verdicts.push_back(compare("out", got, want, base, pr.dtype, 2.0));
+  r.verdicts.push_back(compare_lse(got_lse, want_lse, pr.dtype));
+  return r;
+}
+
+}  // namespace flashtile::verify
