@@ -1,0 +1,426 @@
+// `flashtile bench`: sweeps a BENCHMARKS.md grid, or shapes given on the command line, over one or more
+// backends; writes one JSON object per case with bench/peers.py's field names, so flashtile's rows line up
+// with the peers' (PyTorch CPU SDPA is peers.py's grid C, impl "torch-cpu"), and prints a markdown table.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "cli_options.hpp"
+#include "commands.hpp"
+#include "measure.hpp"
+
+namespace flashtile::tool {
+
+namespace {
+
+struct Shape {
+  int64_t batch, seqlen, heads, heads_kv, head_dim;
+};
+
+// A grid: its shapes, and the dtypes, masks and backends it runs unless the command line narrows them.
+struct Grid {
+  std::string name;
+  std::vector<Shape> shapes;
+  std::vector<DType> dtypes;
+  std::vector<bool> causal;
+  std::vector<Backend> backends;
+  bool gpu_sized = false;  // sized for a GPU: on CPU cores it takes hours
+};
+
+// BENCHMARKS.md, "Grids". K (decode) measures bytes per second of a one-token query and is not run here.
+Grid named_grid(const std::string& name) {
+  Grid g;
+  g.name = name;
+  g.dtypes = {DType::kBFloat16};
+  g.causal = {false, true};
+  g.backends = {Backend::kCpuFlash2};
+  if (name == "C") {  // CPU: all cores; the FA1 schedule rides along, it is what FA2's changes are measured by
+    for (int64_t s : {1024, 4096}) g.shapes.push_back({1, s, 16, 16, 128});
+    g.dtypes = {DType::kFloat32, DType::kBFloat16};
+    g.backends = {Backend::kCpuFlash2, Backend::kCpuFlash1};
+  } else if (name == "A") {  // training: 16k tokens per batch, hidden 2048
+    for (int64_t d : {64, 128, 256})
+      for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) g.shapes.push_back({16384 / s, s, 2048 / d, 2048 / d, d});
+    g.gpu_sized = true;
+  } else if (name == "L") {  // long context
+    for (int64_t s : {32768, 65536}) g.shapes.push_back({1, s, 16, 16, 128});
+    g.gpu_sized = true;
+  } else if (name == "G") {  // GQA training, causal only
+    for (int64_t s : {4096, 8192}) g.shapes.push_back({2, s, 32, 8, 128});
+    g.causal = {true};
+    g.gpu_sized = true;
+  } else if (name == "K") {
+    throw UsageError("--grid K (decode, a bandwidth metric) is not run by flashtile bench; use A, L, G or C");
+  } else {
+    throw UsageError("--grid: unknown grid '" + name + "' (A, L, G, C; see BENCHMARKS.md)");
+  }
+  return g;
+}
+
+// "B,S,H,D[,Hkv];..." -> shapes of a grid named "custom".
+std::vector<Shape> parse_shapes(const std::string& text) {
+  std::vector<Shape> shapes;
+  for (const std::string& item : split(text, ';')) {
+    const std::vector<std::string> f = split(item, ',');
+    if (f.size() != 4 && f.size() != 5)
+      throw UsageError("--shapes: '" + item + "' is not B,S,H,D or B,S,H,D,Hkv");
+    constexpr int64_t kMax = int64_t{1} << 40;
+    Shape s{parse_int("--shapes", f[0], 1, kMax), parse_int("--shapes", f[1], 1, kMax),
+            parse_int("--shapes", f[2], 1, kMax), 0, parse_int("--shapes", f[3], 1, kMax)};
+    s.heads_kv = f.size() == 5 ? parse_int("--shapes", f[4], 1, kMax) : s.heads;
+    shapes.push_back(s);
+  }
+  if (shapes.empty()) throw UsageError("--shapes: no shapes given");
+  return shapes;
+}
+
+// "B1 H32/8 D128 S4096": the kv heads only where they differ (GQA).
+std::string shape_text(const Shape& s) {
+  std::string t = "B" + std::to_string(s.batch) + " H" + std::to_string(s.heads);
+  if (s.heads_kv != s.heads) t += "/" + std::to_string(s.heads_kv);
+  return t + " D" + std::to_string(s.head_dim) + " S" + std::to_string(s.seqlen);
+}
+
+// peers.py's impl names: flashtile-cpu is the FA2 schedule, the default CPU backend.
+const char* impl_name(Backend b) {
+  switch (b) {
+    case Backend::kCpuFlash2: return "flashtile-cpu";
+    case Backend::kCpuFlash1: return "flashtile-cpu-fa1";
+    case Backend::kCpuReference: return "flashtile-cpu-reference";
+    case Backend::kCudaSm80: return "flashtile-sm80";
+    case Backend::kCudaSm90: return "flashtile-sm90";
+    case Backend::kAuto: break;
+  }
+  return "flashtile-auto";
+}
+
+// One JSON object on one line, fields in insertion order.
+class JsonLine {
+ public:
+  JsonLine& text(const std::string& key, const std::string& value) {
+    std::string escaped;
+    for (char ch : value) {
+      if (ch == '"' || ch == '\\') escaped += '\\';
+      if (static_cast<unsigned char>(ch) < 0x20) {
+        char buf[8];
+        std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+        escaped += buf;
+      } else {
+        escaped += ch;
+      }
+    }
+    return raw(key, "\"" + escaped + "\"");
+  }
+  JsonLine& number(const std::string& key, double value) {
+    std::ostringstream s;
+    s.precision(6);
+    s << value;
+    return raw(key, std::isfinite(value) ? s.str() : "null");
+  }
+  JsonLine& integer(const std::string& key, int64_t value) { return raw(key, std::to_string(value)); }
+  JsonLine& boolean(const std::string& key, bool value) { return raw(key, value ? "true" : "false"); }
+  std::string str() const { return "{" + body_ + "}"; }
+
+ private:
+  JsonLine& raw(const std::string& key, const std::string& value) {
+    body_ += (body_.empty() ? "\"" : ", \"") + key + "\": " + value;
+    return *this;
+  }
+  std::string body_;
+};
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      return colon == std::string::npos ? line : line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  return "unknown";
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::localtime(&now));
+  return buf;
+}
+
+// What one measured case contributes to the closing table.
+struct Result {
+  std::string row_key;  // dtype, shape and mask: the table's row
+  Backend backend;
+  double fwd_ms = NAN, fwd_tflops = NAN, bwd_ms = NAN, bwd_tflops = NAN;
+  bool failed = false;
+};
+
+std::string fixed(double v, int digits) {
+  if (!std::isfinite(v)) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// Three significant digits or more for a time in ms: "3.01", "81.2", "812".
+int digits_for(double ms) { return ms < 10 ? 2 : ms < 100 ? 1 : 0; }
+
+// Markdown: one row per (dtype, shape, mask), per backend "TFLOP/s (ms)", and the FA2/FA1 speed ratio
+// (FA1 time over FA2 time) when both schedules ran.
+std::string table(const std::vector<Result>& results, const std::vector<Backend>& backends, bool with_backward) {
+  std::vector<std::string> rows;
+  std::map<std::pair<std::string, Backend>, const Result*> cell;
+  for (const Result& r : results) {
+    if (std::find(rows.begin(), rows.end(), r.row_key) == rows.end()) rows.push_back(r.row_key);
+    cell[{r.row_key, r.backend}] = &r;
+  }
+  const bool ratio = std::count(backends.begin(), backends.end(), Backend::kCpuFlash2) &&
+                     std::count(backends.begin(), backends.end(), Backend::kCpuFlash1);
+  std::ostringstream s;
+  s << "| dtype | shape | mask |";
+  for (Backend b : backends) {
+    s << " " << impl_name(b) << " fwd TFLOP/s (ms) |";
+    if (with_backward && b != Backend::kCpuFlash1) s << " " << impl_name(b) << " bwd TFLOP/s (ms) |";
+  }
+  if (ratio) s << " FA2/FA1 fwd speed |";
+  s << "\n|---|---|---|";
+  for (Backend b : backends) s << (with_backward && b != Backend::kCpuFlash1 ? "---|---|" : "---|");
+  s << (ratio ? "---|\n" : "\n");
+  for (const std::string& row : rows) {
+    s << "| " << row << " |";
+    for (Backend b : backends) {
+      const auto it = cell.find({row, b});
+      const Result* r = it == cell.end() ? nullptr : it->second;
+      if (!r || r->failed) s << " failed |";
+      else s << " " << fixed(r->fwd_tflops, 3) << " (" << fixed(r->fwd_ms, digits_for(r->fwd_ms)) << ") |";
+      if (with_backward && b != Backend::kCpuFlash1) {
+        if (!r || r->failed) s << " failed |";
+        else s << " " << fixed(r->bwd_tflops, 3) << " (" << fixed(r->bwd_ms, digits_for(r->bwd_ms)) << ") |";
+      }
+    }
+    if (ratio) {
+      const auto fa2 = cell.find({row, Backend::kCpuFlash2}), fa1 = cell.find({row, Backend::kCpuFlash1});
+      const bool both = fa2 != cell.end() && fa1 != cell.end() && !fa2->second->failed && !fa1->second->failed;
+      s << " " << (both ? fixed(fa1->second->fwd_ms / fa2->second->fwd_ms, 2) + "x" : "-") << " |";
+    }
+    s << "\n";
+  }
+  return s.str();
+}
+
+}  // namespace
+
+int bench_command(const std::vector<std::string>& args) {
+  std::string grid_name, shapes_text, out_path, backends_text, dtypes_text, causal_text;
+  bool compare_schedules = false, with_backward = false;
+  int64_t repeats = 5, verify_rows = 16;
+  int32_t threads = 0;
+
+  OptionSet o("bench",
+              "Sweeps a grid of BENCHMARKS.md (or --shapes) over backends, timing each case (1 warm-up, then the\n"
+              "median of --repeats calls) and checking a few output rows against the float64 oracle. Writes one\n"
+              "JSON object per line (bench/peers.py's field names, an \"env\" object first) and prints a markdown\n"
+              "table, also written beside the JSON as FILE.md. Progress goes to stderr.");
+  o.add({"--grid", "-g", "NAME", "C (CPU) | A | L | G; A, L and G are GPU-sized and take hours on CPU cores [C]",
+         [&](const std::string& v) { grid_name = v; }});
+  o.add({"--shapes", "", "LIST", "instead of a grid: \"B,S,H,D[,Hkv];...\" (4k = 4096), recorded as grid \"custom\"",
+         [&](const std::string& v) { shapes_text = v; }});
+  o.add({"--backends", "", "LIST", "comma-separated backends (see flashtile run --help) [cpu-flash2; grid C adds cpu-flash1]",
+         [&](const std::string& v) { backends_text = v; }});
+  o.flag("--schedules", "", "add cpu-flash1, so the FA1-vs-FA2 schedule comparison is in the output",
+         [&] { compare_schedules = true; });
+  o.flag("--compare-schedules", "", "same as --schedules", [&] { compare_schedules = true; });
+  o.add({"--dtype", "", "LIST", "fp32,fp16,bf16 (comma-separated) [grid C: fp32,bf16; others: bf16]",
+         [&](const std::string& v) { dtypes_text = v; }});
+  o.add({"--causal", "", "WHICH", "both | on | off [the grid's: both, G: on]", [&](const std::string& v) { causal_text = v; }});
+  o.add({"--repeats", "-r", "N", "timed calls per case after one warm-up; the median is recorded [5]",
+         [&](const std::string& v) { repeats = parse_int("--repeats", v, 1, 1000000); }});
+  o.add({"--threads", "-t", "N", "CPU threads; 0 = all cores (OMP_NUM_THREADS is honoured) [0]",
+         [&](const std::string& v) { threads = static_cast<int32_t>(parse_int("--threads", v, 0, 4096)); }});
+  o.flag("--backward", "", "also time the backward (bwd_ms, bwd_tflops; cpu-flash1 has none)",
+         [&] { with_backward = true; });
+  o.add({"--verify-rows", "", "N", "rows per case checked against the float64 oracle; 0 = no check [16]",
+         [&](const std::string& v) { verify_rows = parse_int("--verify-rows", v, 0, 1000000); }});
+  o.add({"--out", "-o", "FILE", "JSON lines go here, the table to FILE.md [bench-results.jsonl]",
+         [&](const std::string& v) { out_path = v; }});
+  o.add_note("TFLOP/s use the headline count 4*B*H*S*S*D, halved for causal (backward: 2.5x), as peers.py does.\n"
+             "JSON fields: kind (\"cpu\", or \"attn\" for CUDA backends), grid, impl (flashtile-cpu = cpu-flash2,\n"
+             "flashtile-cpu-fa1 = cpu-flash1), threads, dtype, B, S, H, Hkv, D, causal, ms, tflops, fwd_ms, fwd_tflops,\n"
+             "extra_mib (peak extra memory of a call), verified, and bwd_ms, bwd_tflops with --backward.");
+  o.add_example("flashtile bench --grid C", "grid C, FA2 and FA1 schedules, fp32 and bf16, 5 repeats");
+  o.add_example("flashtile bench --grid C --dtype bf16 --causal on --repeats 3 -o c.jsonl", "a quarter of grid C");
+  o.add_example("flashtile bench --shapes \"1,2k,16,128;2,1k,32,64,8\" --backward --schedules",
+                "two custom shapes, forward and backward, both schedules");
+  if (!o.parse(args)) {
+    std::cout << o.help();
+    return kExitOk;
+  }
+
+  if (!grid_name.empty() && !shapes_text.empty()) throw UsageError("give --grid or --shapes, not both");
+  Grid grid = shapes_text.empty() ? named_grid(grid_name.empty() ? "C" : grid_name)
+                                  : Grid{"custom", parse_shapes(shapes_text), {DType::kBFloat16}, {false, true},
+                                         {Backend::kCpuFlash2}, false};
+  if (!dtypes_text.empty()) {
+    grid.dtypes.clear();
+    for (const std::string& d : split(dtypes_text, ',')) grid.dtypes.push_back(parse_dtype("--dtype", d));
+  }
+  if (causal_text == "on") grid.causal = {true};
+  else if (causal_text == "off") grid.causal = {false};
+  else if (causal_text == "both") grid.causal = {false, true};
+  else if (!causal_text.empty()) throw UsageError("--causal: '" + causal_text + "' is not both, on or off");
+  if (!backends_text.empty()) {
+    grid.backends.clear();
+    for (const std::string& b : split(backends_text, ',')) grid.backends.push_back(parse_backend("--backends", b));
+  }
+  if (compare_schedules && !std::count(grid.backends.begin(), grid.backends.end(), Backend::kCpuFlash1))
+    grid.backends.push_back(Backend::kCpuFlash1);
+  if (out_path.empty()) {
+    out_path = "bench-results.jsonl";
+    std::fprintf(stderr, "no --out given: writing results to ./%s\n", out_path.c_str());
+  }
+  const std::string table_path =
+      (out_path.size() > 6 && out_path.compare(out_path.size() - 6, 6, ".jsonl") == 0
+           ? out_path.substr(0, out_path.size() - 6)
+           : out_path) + ".md";
+  std::ofstream out(out_path);
+  if (!out) {
+    std::fprintf(stderr, "flashtile bench: cannot write %s\n", out_path.c_str());
+    return kExitFailed;
+  }
+
+  const size_t total = grid.dtypes.size() * grid.shapes.size() * grid.causal.size() * grid.backends.size();
+  double work = 0;  // FLOPs of every call the sweep makes, warm-ups included
+  for (const Shape& sh : grid.shapes)
+    for (bool causal : grid.causal)
+      work += 4.0 * sh.batch * sh.heads * sh.seqlen * sh.seqlen * sh.head_dim / (causal ? 2 : 1);
+  work *= static_cast<double>(grid.dtypes.size() * grid.backends.size() * (repeats + 1)) * (with_backward ? 3.5 : 1);
+  std::fprintf(stderr, "grid %s: %zu cases, %s of work in all\n", grid.name.c_str(), total, format_flops(work).c_str());
+  std::string device_note;
+  const bool has_device = device::available(&device_note);
+  const bool on_cpu = std::any_of(grid.backends.begin(), grid.backends.end(), [&](Backend b) {
+    return b == Backend::kCpuFlash2 || b == Backend::kCpuFlash1 || b == Backend::kCpuReference ||
+           (b == Backend::kAuto && !has_device);
+  });
+  if (grid.gpu_sized && on_cpu)
+    std::fprintf(stderr, "warning: grid %s is sized for a GPU; at the CPU backends' fraction of a TFLOP/s this runs for "
+                         "hours (use --grid C or --shapes)\n", grid.name.c_str());
+
+  freeze_malloc_thresholds();
+  JsonLine env;
+  env.text("kind", "env");
+  if (has_device) env.text("gpu", device::name());
+  env.text("cpu", cpu_model()).integer("cores", std::thread::hardware_concurrency());
+  env.integer("threads", resolved_threads(threads)).text("flashtile", version());
+  env.text("compiler", FLASHTILE_TOOL_COMPILER).text("build", FLASHTILE_TOOL_BUILD_TYPE);
+  env.text("cuda", has_device ? "device present" : device_note).text("date", today());
+  out << env.str() << "\n";
+
+  std::vector<Result> results;
+  size_t index = 0;
+  uint64_t seed = 0;  // inputs differ between shapes, and are the same in every run of the sweep
+  bool any_failed = false;
+  for (DType dtype : grid.dtypes)
+    for (const Shape& sh : grid.shapes) {
+      verify::Problem problem;
+      problem.batch = sh.batch, problem.seqlen_q = problem.seqlen_k = sh.seqlen;
+      problem.heads_q = sh.heads, problem.heads_kv = sh.heads_kv;
+      problem.head_dim = problem.head_dim_v = sh.head_dim;
+      problem.dtype = dtype;
+      // One set of inputs per shape and dtype, shared by its masks and backends: making them costs more than
+      // a small case's timing.
+      verify::Case c = verify::Case::make(problem, seed++, with_backward);
+      for (bool causal : grid.causal)
+        for (Backend backend : grid.backends) {
+          c.problem.options.causal = problem.options.causal = causal;
+          std::fprintf(stderr, "[%zu/%zu] %s %s %s %s ... ", ++index, total, shape_text(sh).c_str(),
+                       causal ? "causal" : "full", short_dtype_name(dtype), backend_name(backend));
+          std::fflush(stderr);
+
+          Result r;
+          r.row_key = std::string(short_dtype_name(dtype)) + " | " + shape_text(sh) + " | " + (causal ? "causal" : "full");
+          r.backend = backend;
+          JsonLine rec;
+          Placement pl;
+          std::string note;
+          Status s = place(c, backend, threads, with_backward, &pl, &note);
+          const Backend ran = s.ok() ? pl.chosen : backend;
+          rec.text("kind", pl.on_device ? "attn" : "cpu").text("grid", grid.name).text("impl", impl_name(ran));
+          if (!pl.on_device) rec.integer("threads", resolved_threads(threads));
+          if (!note.empty()) rec.text("note", note);  // why auto passed a CUDA device over
+          rec.text("dtype", dtype_name(dtype)).integer("B", sh.batch).integer("S", sh.seqlen).integer("H", sh.heads);
+          rec.integer("Hkv", sh.heads_kv).integer("D", sh.head_dim).boolean("causal", causal);
+
+          Timing fwd;
+          if (s.ok()) s = time_calls([&] { return forward(pl.fwd); }, pl.on_device, static_cast<int>(repeats), &fwd);
+          if (!s.ok()) {
+            r.failed = any_failed = true;
+            rec.text("error", s.message);
+            std::fprintf(stderr, "error: %s\n", s.message.c_str());
+            out << rec.str() << "\n" << std::flush;
+            results.push_back(r);
+            continue;
+          }
+          const double flops = headline_flops(problem);
+          r.fwd_ms = fwd.median_ms();
+          r.fwd_tflops = flops / r.fwd_ms / 1e9;
+          rec.number("ms", r.fwd_ms).number("tflops", r.fwd_tflops);
+          rec.number("fwd_ms", r.fwd_ms).number("fwd_tflops", r.fwd_tflops).integer("repeats", repeats);
+          if (fwd.extra_bytes >= 0) rec.number("extra_mib", static_cast<double>(fwd.extra_bytes) / (1 << 20));
+          std::fprintf(stderr, "%s ms (%.3f TFLOP/s)", fixed(r.fwd_ms, digits_for(r.fwd_ms)).c_str(), r.fwd_tflops);
+
+          if (verify_rows > 0) {
+            // A wrong fast kernel must not make a fast table.
+            const std::vector<verify::RowSample> rows = spread_rows(problem, verify_rows);
+            Status fetched = fetch_outputs(pl, c, false);
+            const verify::CheckResult check = fetched.ok() ? verify::check_rows(c, rows) : verify::CheckResult{};
+            const bool ok = fetched.ok() && check.pass();
+            rec.boolean("verified", ok);
+            if (!ok) {
+              r.failed = any_failed = true;
+              rec.text("verify_error", fetched.ok() ? check.summary() : fetched.message);
+              std::fprintf(stderr, ", VERIFY FAILED: %s", fetched.ok() ? check.summary().c_str() : fetched.message.c_str());
+            }
+          }
+
+          if (with_backward) {
+            Backend bwd_backend = Backend::kAuto;
+            Timing bwd;
+            s = select_backward_backend(pl.bwd, &bwd_backend);
+            if (s.ok()) s = time_calls([&] { return flashtile::backward(pl.bwd); }, pl.on_device, static_cast<int>(repeats), &bwd);
+            if (s.ok()) {
+              r.bwd_ms = bwd.median_ms();
+              r.bwd_tflops = 2.5 * flops / r.bwd_ms / 1e9;
+              rec.number("bwd_ms", r.bwd_ms).number("bwd_tflops", r.bwd_tflops);
+              std::fprintf(stderr, ", bwd %s ms (%.3f TFLOP/s)", fixed(r.bwd_ms, digits_for(r.bwd_ms)).c_str(),
+                           r.bwd_tflops);
+            } else if (backend == Backend::kCpuFlash1) {
+              rec.text("bwd_error", s.message);  // expected: the FA1 schedule is forward-only
+            } else {
+              r.failed = any_failed = true;
+              rec.text("bwd_error", s.message);
+              std::fprintf(stderr, ", backward error: %s", s.message.c_str());
+            }
+          }
+          std::fprintf(stderr, "\n");
+          out << rec.str() << "\n" << std::flush;
+          results.push_back(r);
+        }
+    }
+
+  const std::string md = table(results, grid.backends, with_backward);
+  std::printf("\ngrid %s, %d threads, TFLOP/s by the headline count (median ms in parentheses)\n\n%s",
+              grid.name.c_str(), resolved_threads(threads), md.c_str());
+  std::ofstream(table_path) << "grid " << grid.name << ", " << cpu_model() << ", " << resolved_threads(threads)
+                            << " threads, flashtile " << version() << ", " << today()
+                            << "; TFLOP/s by the headline count (median ms in parentheses)\n\n" << md;
+  std::printf("\nresults: %s (JSON lines), %s (this table)\n", out_path.c_str(), table_path.c_str());
+  return any_failed ? kExitFailed : kExitOk;
+}
+
+}  // namespace flashtile::tool

@@ -1,0 +1,163 @@
+// `flashtile run`: one representative problem on the best backend present, timed, measured and verified.
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "cli_options.hpp"
+#include "commands.hpp"
+#include "measure.hpp"
+
+namespace flashtile::tool {
+
+namespace {
+
+// Bytes of the tensors the tool allocates itself (inputs, outputs, and the backward's), which the
+// peak-memory figure does not include.
+int64_t tensor_bytes(const verify::Problem& p, bool with_backward) {
+  const int64_t q = p.batch * p.seqlen_q * p.heads_q, kv = p.batch * p.seqlen_k * p.heads_kv;
+  int64_t elems = q * p.head_dim + kv * (p.head_dim + p.head_dim_v) + q * p.head_dim_v;  // q, k, v, out
+  if (with_backward) elems *= 2;                                                        // dq, dk, dv, dout
+  return elems * static_cast<int64_t>(dtype_size(p.dtype)) + p.batch * p.heads_q * p.seqlen_q * 4;  // + lse
+}
+
+void print_memory(const Timing& t, const char* first_call_note) {
+  if (t.first_extra_bytes < 0) {
+    std::printf("  memory   %s\n", t.memory_note.c_str());
+    return;
+  }
+  std::printf("  memory   peak extra %s per call; first call %s%s\n", format_mib(t.extra_bytes).c_str(),
+              format_mib(t.first_extra_bytes).c_str(), first_call_note);
+}
+
+// "812.3 ms median of 5 (min .., max ..; warm-up ..)" then TFLOP/s by the headline and the exact count.
+void print_timing(const char* what, const Timing& t, double headline, double exact, const std::string& model) {
+  const double ms = t.median_ms();
+  std::printf("  %-8s %.1f ms, median of %zu (min %.1f, max %.1f; warm-up %.1f)\n", what, ms, t.ms.size(),
+              t.min_ms(), t.max_ms(), t.first_ms);
+  const double diff = 100.0 * (exact - headline) / headline;
+  std::printf("           %.3f TFLOP/s by the headline count %s = %s", headline / ms / 1e9, model.c_str(),
+              format_flops(headline).c_str());
+  // The headline ignores windows and Dv != D, and counts causal as exactly half: say how far that is off.
+  if (std::fabs(diff) < 1.0)
+    std::printf(" (exact count %+.2f%%)\n", diff);
+  else
+    std::printf("\n           %.3f TFLOP/s by the exact count = %s (%+.1f%% vs the headline)\n", exact / ms / 1e9,
+                format_flops(exact).c_str(), diff);
+}
+
+void print_verdict(const verify::Verdict& v) {
+  if (v.name == "lse")
+    std::printf("           lse  max err %.3g, bound %.0e x max(1, |lse|)", v.max_err, v.bound);
+  else
+    std::printf("           %-4s max err %.3g, bound %.3g (2 x same-precision baseline + 2 ulp); mean %.3g, "
+                "baseline mean %.3g",
+                v.name.c_str(), v.max_err, v.bound, v.mean_err, v.mean_base);
+  if (v.nonfinite) std::printf("; %lld non-finite", static_cast<long long>(v.nonfinite));
+  std::printf("%s\n", v.pass ? "" : "  <- FAIL");
+}
+
+}  // namespace
+
+int run_command(const std::vector<std::string>& args) {
+  ShapeOptions shape;
+  int64_t repeats = 5, verify_rows = 64;
+  uint64_t seed = 0;
+  bool with_backward = false;
+
+  OptionSet o("run",
+              "Runs one representative attention problem (default: B=1, H=16, S=4096, D=128, causal, bf16) on the\n"
+              "best backend present, times it (1 warm-up, then the median of --repeats calls), measures the peak\n"
+              "extra memory of a call, and verifies sampled output rows against the float64 oracle.\n"
+              "Exit code 1 when verification fails or the library refuses the call, 2 for a bad command line.");
+  shape.add_to(o);
+  o.add({"--repeats", "-r", "N", "timed calls after one warm-up; the median is reported [5]",
+         [&](const std::string& v) { repeats = parse_int("--repeats", v, 1, 1000000); }});
+  o.flag("--backward", "", "also time the backward (not verified at this size: `flashtile check` does that)",
+         [&] { with_backward = true; });
+  o.add({"--verify-rows", "", "N", "query rows checked against the float64 oracle, first and last included [64]",
+         [&](const std::string& v) { verify_rows = parse_int("--verify-rows", v, 1, 1000000); }});
+  o.add({"--seed", "", "N", "seed of the standard-normal inputs [0]",
+         [&](const std::string& v) { seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX / 1024)); }});
+  o.add_note("TFLOP/s use SPEC.md's headline count 4*B*H*Sq*Sk*D, halved for causal, so they compare with\n"
+             "published tables; the exact count of visible (row, key) pairs is shown beside it.\n"
+             "Peak extra memory is the rise of the process's peak RSS over its RSS before the call (Linux /proc),\n"
+             "not counting the tensors the tool allocates itself.");
+  o.add_example("flashtile run", "the default problem (takes a while on a few cores)");
+  o.add_example("flashtile run -s 1024 --dtype fp32 --no-causal", "a smaller full-attention problem in fp32");
+  o.add_example("flashtile run -s 2k --heads 32 --heads-kv 8 --backward", "GQA, forward and backward timed");
+  o.add_example("flashtile run --backend cpu-flash1 -s 1k", "the FlashAttention-1 schedule, for comparison");
+  if (!o.parse(args)) {
+    std::cout << o.help();
+    return kExitOk;
+  }
+
+  freeze_malloc_thresholds();
+  const verify::Problem problem = shape.problem();
+  std::printf("flashtile %s run\n", version());
+  std::printf("  problem  %s%s\n", problem.describe().c_str(),
+              problem.options.causal ? " (bottom-right aligned)" : "");
+  std::printf("  inputs   standard normal, seed %llu; %s of tensors\n", static_cast<unsigned long long>(seed),
+              format_mib(tensor_bytes(problem, with_backward)).c_str());
+  std::fflush(stdout);
+  const verify::Case c = verify::Case::make(problem, seed, with_backward);
+
+  Placement pl;
+  std::string note;
+  if (Status s = place(c, shape.backend, shape.threads, with_backward, &pl, &note); !s.ok()) {
+    std::fprintf(stderr, "flashtile run: %s\n", s.message.c_str());
+    return kExitFailed;
+  }
+  std::printf("  backend  %s (select_forward_backend's choice for --backend %s)", backend_name(pl.chosen),
+              backend_name(shape.backend));
+  if (!pl.on_device) std::printf(", threads %d", resolved_threads(shape.threads));
+  std::printf("%s%s\n", note.empty() ? "" : "; ", note.c_str());
+  Backend backward_chosen = Backend::kAuto;
+  if (with_backward) {
+    // Asked before anything runs, so a backend without a backward (cpu-flash1) fails fast.
+    if (Status s = select_backward_backend(pl.bwd, &backward_chosen); !s.ok()) {
+      std::fprintf(stderr, "flashtile run: backward: %s\n", s.message.c_str());
+      return kExitFailed;
+    }
+    std::printf("  backward %s (select_backward_backend's choice)\n", backend_name(backward_chosen));
+  }
+  std::fflush(stdout);
+
+  Timing fwd;
+  if (Status s = time_calls([&] { return forward(pl.fwd); }, pl.on_device, static_cast<int>(repeats), &fwd); !s.ok()) {
+    std::fprintf(stderr, "flashtile run: forward: %s\n", s.message.c_str());
+    return kExitFailed;
+  }
+  const double headline = headline_flops(problem), exact = exact_flops(problem);
+  const std::string model = problem.options.causal ? "4*B*H*Sq*Sk*D/2" : "4*B*H*Sq*Sk*D";
+  print_timing("forward", fwd, headline, exact, model);
+  print_memory(fwd, " (includes starting the thread pool and BLAS buffers)");
+  std::fflush(stdout);
+
+  if (Status s = fetch_outputs(pl, c, false); !s.ok()) {
+    std::fprintf(stderr, "flashtile run: %s\n", s.message.c_str());
+    return kExitFailed;
+  }
+  const std::vector<verify::RowSample> rows = spread_rows(problem, verify_rows);
+  const verify::CheckResult check = verify::check_rows(c, rows);
+  std::printf("  verify   %s: %zu rows (first and last included) against the float64 oracle\n",
+              check.pass() ? "PASS" : "FAIL", rows.size());
+  for (const verify::Verdict& v : check.verdicts) print_verdict(v);
+  std::fflush(stdout);
+
+  if (with_backward) {
+    Timing bwd;
+    if (Status s = time_calls([&] { return backward(pl.bwd); }, pl.on_device, static_cast<int>(repeats), &bwd);
+        !s.ok()) {
+      std::fprintf(stderr, "flashtile run: backward: %s\n", s.message.c_str());
+      return kExitFailed;
+    }
+    // SPEC.md: backward FLOPs = 2.5 x forward.
+    print_timing("backward", bwd, 2.5 * headline, 2.5 * exact, "2.5 x " + model);
+    print_memory(bwd, "");
+    std::printf("           not verified: the float64 oracle over whole gradients is too slow at this size; "
+                "`flashtile check` verifies the backward on small shapes\n");
+  }
+  return check.pass() ? kExitOk : kExitFailed;
+}
+
+}  // namespace flashtile::tool
