@@ -1,0 +1,165 @@
+// NaN and Inf in the inputs (TESTING.md "Bad input"). The propagation the CPU backends implement, and which
+// these tests pin down:
+//
+//  - A NaN or Inf stored at a key that the mask hides from every row never reaches an output: every output is
+//    finite and that key's dK and dV are exactly 0. (0 * NaN is NaN, so a masked score must be replaced by
+//    -inf and a masked P or dS by 0, not multiplied away; a tile holding both visible and hidden keys tests it.)
+//  - A NaN in k[b, j, hk, :] makes the score (b, h, i, j) NaN for every row i that sees key j and every query
+//    head h reading kv head hk; those rows' whole O row and their LSE are NaN. Other rows, heads and batches
+//    are unaffected.
+//  - A NaN in v[b, j, hk, d] reaches only column d of O, in the same rows; their LSE stays finite.
+//  - Backward, for either: the dQ row of every row that sees key j is NaN (its P or dP row is), the dQ rows
+//    of the other rows are finite, and so are dK and dV of every other batch and kv head. dK/dV of the poisoned
+//    head fill with NaN wherever a poisoned row reaches, which is not pinned down here.
+//  - An Inf at a visible position makes the rows that see it non-finite in ways that depend on signs; only
+//    the masked case above is part of the contract.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "support/test_support.hpp"
+
+namespace flashtile::test {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+enum class Where { kK, kV };
+
+struct Poison {
+  Backend backend;
+  Where where;
+  float value;
+};
+
+std::string describe(const Poison& p) {
+  const char* value = std::isnan(p.value) ? "NaN" : p.value > 0 ? "Inf" : "MinusInf";
+  return backend_tag(p.backend) + (p.where == Where::kK ? "_k_" : "_v_") + value;
+}
+
+void PrintTo(const Poison& p, std::ostream* os) { *os << describe(p); }
+
+bool all_finite(const verify::HostTensor& t) {
+  for (double x : t.to_doubles())
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+// ---- a poisoned key that no row sees -----------------------------------------------------------------------
+
+class HiddenPoison : public ::testing::TestWithParam<Poison> {};
+
+TEST_P(HiddenPoison, ReachesNoOutput) {
+  const Poison& poison = GetParam();
+  // Row i sees keys [i + 50, i + 200]: keys 0..49 are hidden from every row, and key 10 shares the first K/V
+  // tile (flash1's 128 keys, the backward's 64) with keys 50.. that rows do see.
+  const verify::Problem p = Spec(100, 300).batch(2).heads(4, 2).dims(32, 16).window(150, 0);
+  constexpr int64_t kHiddenKey = 10;
+  const uint64_t seed = seed_for(p);
+  const bool with_backward = poison.backend != Backend::kCpuFlash1;
+  verify::Case c = verify::Case::make(p, seed, with_backward);
+  verify::HostTensor& target = poison.where == Where::kK ? c.k : c.v;
+  const int64_t dim = poison.where == Where::kK ? p.head_dim : p.head_dim_v;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_kv; ++h)
+      for (int64_t d = 0; d < dim; ++d) target.set({b, kHiddenKey, h, d}, poison.value);
+
+  const std::string what = replay(p, seed, poison.backend) + ", " + describe(poison);
+  ASSERT_TRUE(forward(c.forward_params(poison.backend)).ok()) << what;
+  EXPECT_TRUE(all_finite(c.out)) << what;
+  EXPECT_TRUE(all_finite(c.lse)) << what;
+  if (!with_backward) return;
+  ASSERT_TRUE(backward(c.backward_params(poison.backend)).ok()) << what;
+  EXPECT_TRUE(all_finite(c.dq)) << what;
+  EXPECT_TRUE(all_finite(c.dk)) << what;
+  EXPECT_TRUE(all_finite(c.dv)) << what;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_kv; ++h) {
+      for (int64_t d = 0; d < p.head_dim; ++d) EXPECT_EQ(c.dk.get({b, kHiddenKey, h, d}), 0.0f) << what;
+      for (int64_t d = 0; d < p.head_dim_v; ++d) EXPECT_EQ(c.dv.get({b, kHiddenKey, h, d}), 0.0f) << what;
+    }
+}
+
+std::vector<Poison> hidden_cases() {
+  std::vector<Poison> out;
+  for (Backend b : {Backend::kCpuFlash2, Backend::kCpuFlash1, Backend::kCpuReference})
+    for (Where w : {Where::kK, Where::kV})
+      for (float value : {kNaN, kInf, -kInf}) out.push_back({b, w, value});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, HiddenPoison, ::testing::ValuesIn(hidden_cases()),
+                         [](const auto& info) { return describe(info.param); });
+
+// ---- a NaN at a key that some rows see ---------------------------------------------------------------------
+
+class VisibleNaN : public ::testing::TestWithParam<Poison> {};
+
+TEST_P(VisibleNaN, PoisonsExactlyTheRowsThatSeeIt) {
+  const Poison& poison = GetParam();
+  // Causal, Sq = Sk: row i sees key j exactly when j <= i. The NaN sits in batch 1, kv head 0, key 70 (inside
+  // the second row tile, and a tile shared with finite keys), column 3.
+  const verify::Problem p = Spec(150, 150).batch(2).heads(4, 2).dims(32, 16).causal();
+  constexpr int64_t kB = 1, kKvHead = 0, kKey = 70, kCol = 3;
+  const uint64_t seed = seed_for(p);
+  const bool with_backward = poison.backend != Backend::kCpuFlash1;
+  verify::Case c = verify::Case::make(p, seed, with_backward);
+  (poison.where == Where::kK ? c.k : c.v).set({kB, kKey, kKvHead, kCol}, kNaN);
+
+  const std::string what = replay(p, seed, poison.backend) + ", " + describe(poison);
+  ASSERT_TRUE(forward(c.forward_params(poison.backend)).ok()) << what;
+  if (with_backward) {
+    ASSERT_TRUE(backward(c.backward_params(poison.backend)).ok()) << what;
+  }
+  const int64_t group = p.heads_q / p.heads_kv;
+  Violations v;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < p.seqlen_q; ++i) {
+        const bool sees_nan = b == kB && h / group == kKvHead && i >= kKey;
+        const float lse = c.lse.get({b, h, i});
+        v.expect(std::isnan(lse) == (sees_nan && poison.where == Where::kK),
+                 [&] { return element("lse", b, h, i, -1, lse); });
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const bool nan_expected = sees_nan && (poison.where == Where::kK || d == kCol);
+          const float o = c.out.get({b, i, h, d});
+          v.expect(nan_expected ? std::isnan(o) : std::isfinite(o), [&] { return element("out", b, h, i, d, o); });
+        }
+        for (int64_t d = 0; with_backward && d < p.head_dim; ++d) {
+          const float g = c.dq.get({b, i, h, d});
+          v.expect(sees_nan ? std::isnan(g) : std::isfinite(g), [&] { return element("dq", b, h, i, d, g); });
+        }
+      }
+  for (int64_t b = 0; with_backward && b < p.batch; ++b)
+    for (int64_t hk = 0; hk < p.heads_kv; ++hk) {
+      if (b == kB && hk == kKvHead) continue;
+      for (int64_t j = 0; j < p.seqlen_k; ++j) {
+        for (int64_t d = 0; d < p.head_dim; ++d) {
+          const float g = c.dk.get({b, j, hk, d});
+          v.expect(std::isfinite(g), [&] { return element("dk", b, hk, j, d, g); });
+        }
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          const float g = c.dv.get({b, j, hk, d});
+          v.expect(std::isfinite(g), [&] { return element("dv", b, hk, j, d, g); });
+        }
+      }
+    }
+  EXPECT_TRUE(v.result()) << what;
+}
+
+std::vector<Poison> visible_cases() {
+  std::vector<Poison> out;
+  for (Backend b : {Backend::kCpuFlash2, Backend::kCpuFlash1, Backend::kCpuReference})
+    for (Where w : {Where::kK, Where::kV}) out.push_back({b, w, kNaN});
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, VisibleNaN, ::testing::ValuesIn(visible_cases()),
+                         [](const auto& info) { return describe(info.param); });
+
+}  // namespace
+}  // namespace flashtile::test
