@@ -21,9 +21,13 @@ std::string shape_string(const Tensor& t) {
 
 bool dtype_valid(DType d) { return d == DType::kFloat32 || d == DType::kFloat16 || d == DType::kBFloat16; }
 
+// Element count, or -1 when it does not fit in int64 (check_view refuses such shapes).
 int64_t numel(const Tensor& t) {
   int64_t n = 1;
-  for (int d = 0; d < t.ndim; ++d) n *= t.shape[d];
+  for (int d = 0; d < t.ndim && d < 4; ++d)
+    if (t.shape[d] == 0) return 0;
+  for (int d = 0; d < t.ndim && d < 4; ++d)
+    if (__builtin_mul_overflow(n, t.shape[d], &n)) return -1;
   return n;
 }
 
@@ -43,6 +47,7 @@ Status check_view(const char* name, const Tensor& t, int ndim, const char* dims)
   if (t.shape[ndim - 1] > 1 && t.stride[ndim - 1] != 1)
     return invalid_argument(n + ": the last dimension must be contiguous (stride 1), got stride " +
                             std::to_string(t.stride[ndim - 1]));
+  if (numel(t) < 0) return invalid_argument(n + ": shape " + shape_string(t) + " has more than 2^63 elements");
   int64_t span = 0;  // largest element offset reachable, which must not overflow int64
   for (int d = 0; d < ndim; ++d) {
     if (t.shape[d] <= 1) continue;

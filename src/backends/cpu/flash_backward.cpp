@@ -34,10 +34,9 @@ struct BackwardTiles {
 // The tiles of one query block, loaded once and reused against every key tile.
 struct QueryTile {
   float* q;      // rows x d
-  float* q_s;    // rows x d, times q_mul: the same scores, bit for bit, as the forward computed
   float* dout;   // rows x dv
   float* delta;  // rows: D_i = sum_d dO_id * O_id
-  float* lse2;   // rows: LSE in log2 units
+  float* lse;    // rows: the forward's LSE (natural log)
 };
 
 struct KeyTile {
@@ -50,8 +49,7 @@ class Backward {
   Backward(const BackwardParams& params, const Problem& p)
       : params_(params),
         p_(p),
-        q_mul_(p.softcap > 0 ? p.scale / p.softcap : p.scale * kLog2e),
-        cap_log2e_(p.softcap * kLog2e) {}
+        map_(p) {}
 
   // A thread's workspace: the query tiles, the key tiles, P, dS, tanh, an O tile and the gradient accumulator
   // (dK and dV in pass 1, dQ in pass 2).
@@ -63,7 +61,7 @@ class Backward {
   int64_t workspace_floats() const {
     using T = BackwardTiles;
     const int64_t d = p_.head_dim, dv = p_.head_dim_v;
-    return T::kBlockM * (2 * d + 2 * dv + 2) + T::kBlockN * (d + dv) + 3 * T::kBlockM * T::kBlockN +
+    return T::kBlockM * (d + 2 * dv + 2) + T::kBlockN * (d + dv) + 3 * T::kBlockM * T::kBlockN +
            std::max(T::kBlockN * (d + dv), T::kBlockM * d);
   }
   Workspace carve(float* w) const {
@@ -71,11 +69,10 @@ class Backward {
     const int64_t d = p_.head_dim, dv = p_.head_dim_v;
     Workspace ws;
     ws.qt.q = w;
-    ws.qt.q_s = ws.qt.q + T::kBlockM * d;
-    ws.qt.dout = ws.qt.q_s + T::kBlockM * d;
+    ws.qt.dout = ws.qt.q + T::kBlockM * d;
     ws.qt.delta = ws.qt.dout + T::kBlockM * dv;
-    ws.qt.lse2 = ws.qt.delta + T::kBlockM;
-    ws.kt.k = ws.qt.lse2 + T::kBlockM;
+    ws.qt.lse = ws.qt.delta + T::kBlockM;
+    ws.kt.k = ws.qt.lse + T::kBlockM;
     ws.kt.v = ws.kt.k + T::kBlockN * d;
     ws.prob = ws.kt.v + T::kBlockN * dv;
     ws.ds = ws.prob + T::kBlockM * T::kBlockN;
@@ -88,7 +85,6 @@ class Backward {
   void load_query_tile(int64_t b, int64_t h, int64_t row0, int64_t rows, const QueryTile& t, float* o_scratch) const {
     const int64_t d = p_.head_dim, dv = p_.head_dim_v;
     load_tile(params_.q, b, h, row0, rows, d, 1.0f, t.q);
-    for (int64_t i = 0; i < rows * d; ++i) t.q_s[i] = t.q[i] * q_mul_;
     load_tile(params_.dout, b, h, row0, rows, dv, 1.0f, t.dout);
     load_tile(params_.out, b, h, row0, rows, dv, 1.0f, o_scratch);
     const float* lse = static_cast<const float*>(params_.lse.data);
@@ -96,7 +92,7 @@ class Backward {
       double acc = 0.0;  // D and the LSE in double: both enter every dS of the row
       for (int64_t c = 0; c < dv; ++c) acc += static_cast<double>(t.dout[r * dv + c]) * o_scratch[r * dv + c];
       t.delta[r] = static_cast<float>(acc);
-      t.lse2[r] = static_cast<float>(lse[offset_bhs(params_.lse, b, h, row0 + r)] * 1.4426950408889634);
+      t.lse[r] = lse[offset_bhs(params_.lse, b, h, row0 + r)];
     }
   }
 
@@ -107,11 +103,13 @@ class Backward {
   void probabilities_and_ds(const TileMask& mask, int64_t rows, int64_t cols, const QueryTile& qt, const KeyTile& kt,
                             float* prob, float* ds, float* th) const {
     const int64_t d = p_.head_dim, dv = p_.head_dim_v;
-    gemm_abt(rows, cols, d, qt.q_s, d, kt.k, d, prob, cols, false);
+    // P = exp(S - LSE), with S computed exactly as the forward computed it (score_tile), so that P matches
+    // the LSE it is normalised by; S - LSE is formed in natural units and only then scaled to log2 units.
+    score_tile(map_, mask, rows, cols, d, qt.q, kt.k, prob);
     if (p_.softcap > 0)
-      for (int64_t i = 0; i < rows * cols; ++i) prob[i] = cap_log2e_ * (th[i] = std::tanh(prob[i]));
+      for (int64_t i = 0; i < rows * cols; ++i) th[i] = prob[i] / p_.softcap;
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) prob[r * cols + c] -= qt.lse2[r];
+      for (int64_t c = 0; c < cols; ++c) prob[r * cols + c] = (prob[r * cols + c] - qt.lse[r]) * kLog2e;
     exp2_inplace(prob, rows * cols);
     gemm_abt(rows, cols, dv, qt.dout, dv, kt.v, dv, ds, cols, false);  // dP = dO V^T
     for (int64_t r = 0; r < rows; ++r) {
@@ -180,7 +178,7 @@ class Backward {
  private:
   const BackwardParams& params_;
   const Problem& p_;
-  float q_mul_, cap_log2e_;
+  ScoreMap map_;
 };
 
 }  // namespace

@@ -7,8 +7,10 @@
 //    O, m and l for the whole head live in a per-task buffer (the paper's HBM) and every step reads them,
 //    rescales O to the new max and new sum, and writes them back. It exists to measure what v2 changed.
 //
-// Scores are kept in log2 units (the softmax scale times log2(e) is folded into Q when Q is loaded), so the
-// softmax needs only exp2. No buffer grows with seqlen_k; FA2's workspace is one set of tiles per thread.
+// Scores are kept in natural units: the raw product q.k times the softmax scale (one rounding, as a framework
+// does it; scaling Q first adds a second one), and s - max goes to exp2 times log2(e): subtracting before
+// converting keeps the rounding of large fp32 logits out of P. No buffer
+// grows with seqlen_k; FA2's workspace is one set of tiles per thread.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -22,7 +24,6 @@ namespace flashtile::cpu {
 namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr double kLn2 = 0.6931471805599453;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Tile sizes. kBlockM rows of Q share each K/V tile they load; kBlockN keys per K/V tile. With head_dim 128
@@ -33,32 +34,7 @@ struct ForwardTiles {
   static_assert(kBlockM <= TileMask::kMaxRows, "TileMask holds at most kMaxRows rows");
 };
 
-// How Q is scaled on load and how a raw product q.k becomes a log2-unit score.
-struct ScoreMap {
-  float q_mul;       // folded into Q
-  float cap_log2e;   // softcap only: score = cap_log2e * tanh(q_mul * q.k)
-  bool softcap;
-  explicit ScoreMap(const Problem& p)
-      : q_mul(p.softcap > 0 ? p.scale / p.softcap : p.scale * kLog2e),
-        cap_log2e(p.softcap * kLog2e),
-        softcap(p.softcap > 0) {}
-};
-
-// s (rows x cols) = scores of Q tile rows against K tile rows, -inf where the mask hides a key.
-void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, int64_t head_dim,
-                const float* q, const float* k, float* s) {
-  gemm_abt(rows, cols, head_dim, q, head_dim, k, head_dim, s, cols, /*accumulate=*/false);
-  if (map.softcap)
-    for (int64_t i = 0; i < rows * cols; ++i) s[i] = map.cap_log2e * std::tanh(s[i]);
-  if (!mask.full)
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row = s + r * cols;
-      std::fill(row, row + mask.begin[r], kNegInf);
-      std::fill(row + mask.end[r], row + cols, kNegInf);
-    }
-}
-
-// Turns s into P = 2^(s - m_new) row by row and returns, per row, the factor 2^(m_old - m_new) that earlier
+// Turns s into P = exp(s - m_new) row by row and returns, per row, the factor exp(m_old - m_new) that earlier
 // partial results must be multiplied by. Rows that have seen no key yet keep m = -inf and get P = 0.
 void online_softmax_step(int64_t rows, int64_t cols, float* s, float* m, float* l, float* alpha) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -67,8 +43,8 @@ void online_softmax_step(int64_t rows, int64_t cols, float* s, float* m, float* 
     for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, row[c]);
     const float m_new = mx;
     const float shift = m_new == kNegInf ? 0.0f : m_new;  // an all-masked row: avoid -inf - -inf
-    alpha[r] = m[r] - shift;
-    for (int64_t c = 0; c < cols; ++c) row[c] -= shift;
+    alpha[r] = (m[r] - shift) * kLog2e;
+    for (int64_t c = 0; c < cols; ++c) row[c] = (row[c] - shift) * kLog2e;
     m[r] = m_new;
   }
   exp2_inplace(s, rows * cols);
@@ -97,7 +73,7 @@ void write_rows(const ForwardParams& params, const Problem& p, int64_t b, int64_
   float* lse = static_cast<float*>(params.lse.data);
   for (int64_t r = 0; r < rows; ++r)
     lse[offset_bhs(params.lse, b, h, row0 + r)] =
-        m[r] != kNegInf ? static_cast<float>((m[r] + std::log2(static_cast<double>(l[r]))) * kLn2) : kNegInf;
+        m[r] != kNegInf ? static_cast<float>(m[r] + std::log(static_cast<double>(l[r]))) : kNegInf;
 }
 
 Status forward_flash2(const ForwardParams& params, const Problem& p) {
@@ -119,7 +95,7 @@ Status forward_flash2(const ForwardParams& params, const Problem& p) {
     std::fill(l, l + rows, 0.0f);
     // Keys seen by any row of the block; tiles outside it are hidden from every row and never touched.
     const int64_t key_begin = p.keys.lo(row0), key_end = p.keys.hi(row0 + rows - 1) + 1;
-    if (key_begin < key_end) load_tile(params.q, b, h, row0, rows, d, map.q_mul, q);
+    if (key_begin < key_end) load_tile(params.q, b, h, row0, rows, d, 1.0f, q);
     for (int64_t col0 = key_begin; col0 < key_end; col0 += T::kBlockN) {
       const int64_t cols = std::min(T::kBlockN, key_end - col0);
       const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
@@ -162,7 +138,7 @@ Status forward_flash1(const ForwardParams& params, const Problem& p) {
         const int64_t rows = std::min(T::kBlockM, sq - row0);
         const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
         float *o = o_all + row0 * dv, *m = m_all + row0, *l = l_all + row0;
-        load_tile(params.q, b, h, row0, rows, d, map.q_mul, q);
+        load_tile(params.q, b, h, row0, rows, d, 1.0f, q);
         score_tile(map, mask, rows, cols, d, q, k, s);
         float l_old[T::kBlockM];
         std::copy(l, l + rows, l_old);
@@ -179,7 +155,7 @@ Status forward_flash1(const ForwardParams& params, const Problem& p) {
     }
     // O is already normalised; write_rows divides by l, so fold l into m (for the LSE) and hand it l = 1.
     for (int64_t r = 0; r < sq; ++r) {
-      if (m_all[r] != kNegInf) m_all[r] += std::log2(l_all[r]), l_all[r] = 1.0f;
+      if (m_all[r] != kNegInf) m_all[r] += std::log(l_all[r]), l_all[r] = 1.0f;
     }
     write_rows(params, p, b, h, 0, sq, m_all, l_all, o_all);
   });

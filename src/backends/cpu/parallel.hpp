@@ -30,6 +30,10 @@ Status parallel_tasks(int64_t num_tasks, int32_t num_threads, int64_t workspace_
   }
 #pragma omp parallel num_threads(threads)
   {
+    // Tile GEMMs called from here must run on this thread alone. OpenBLAS sees that inside an active
+    // parallel region, but a team of one is not active, and it would then spread each small GEMM over
+    // every core; a nested team size of 1 tells it in both cases (and touches only this thread's setting).
+    omp_set_num_threads(1);
     Elem* mine = workspace.data() + static_cast<size_t>(omp_get_thread_num()) * workspace_elems;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t i = 0; i < num_tasks; ++i) task(i, mine);

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "common/numeric.hpp"
 
@@ -101,6 +102,21 @@ TileMask make_tile_mask(const KeyRange& keys, int64_t row0, int64_t rows, int64_
     m.end[r] = static_cast<int32_t>(std::max(lo, hi));
   }
   return m;
+}
+
+void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, int64_t head_dim,
+                const float* q, const float* k, float* s) {
+  gemm_abt(rows, cols, head_dim, q, head_dim, k, head_dim, s, cols, /*accumulate=*/false);
+  if (map.softcap > 0)
+    for (int64_t i = 0; i < rows * cols; ++i) s[i] = map.softcap * std::tanh(s[i] * map.mul);
+  else
+    for (int64_t i = 0; i < rows * cols; ++i) s[i] *= map.mul;
+  if (!mask.full)
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = s + r * cols;
+      std::fill(row, row + mask.begin[r], -std::numeric_limits<float>::infinity());
+      std::fill(row + mask.end[r], row + cols, -std::numeric_limits<float>::infinity());
+    }
 }
 
 void gemm_abt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,

@@ -36,6 +36,20 @@ struct TileMask {
 };
 TileMask make_tile_mask(const KeyRange& keys, int64_t row0, int64_t rows, int64_t col0, int64_t cols);
 
+// How a raw product q.k becomes a score, in natural units: q.k * scale, or softcap * tanh(q.k * scale / softcap)
+// (one rounding after the product, as a framework does it; scaling Q first would add a second). The forward and
+// the backward both go through score_tile, so the backward's P matches the LSE the forward wrote.
+struct ScoreMap {
+  float mul;      // scale, or scale / softcap
+  float softcap;  // 0: off
+  explicit ScoreMap(const Problem& p) : mul(p.softcap > 0 ? p.scale / p.softcap : p.scale), softcap(p.softcap) {}
+};
+
+// s (rows x cols) = scores of the Q tile rows (rows x head_dim) against the K tile rows (cols x head_dim),
+// -inf where the mask hides a key.
+void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, int64_t head_dim,
+                const float* q, const float* k, float* s);
+
 // C (m x n, ldc) (+)= A (m x k, lda) * B^T, with B (n x k, ldb). The S = Q K^T and dP = dO V^T products.
 void gemm_abt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
               int64_t ldc, bool accumulate);

@@ -1,12 +1,15 @@
 // Host side of the CUDA backends: device checks and kernel selection. Kernels live under sm80/ and sm90/.
 #include "backends/cuda/cuda_backend.hpp"
 
+#include <cstdint>
+
 #include <cuda_runtime.h>
 
 #include <string>
 #include <vector>
 
 #include "api/validate.hpp"
+#include "backends/cuda/sm80/fwd_launch.hpp"
 
 namespace flashtile::cuda {
 
@@ -43,7 +46,21 @@ Status check_device_pointers(const std::vector<Named>& tensors, int device) {
   return {};
 }
 
-Status select_common(const std::vector<Named>& tensors, int device, Backend requested, Backend* chosen) {
+// Makes `device` current for the lifetime of the guard and restores the caller's device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    cudaGetDevice(&previous_);
+    if (previous_ != device) cudaSetDevice(device);
+  }
+  ~DeviceGuard() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+// The device checks every CUDA call needs, whichever kernel runs it.
+Status check_device(const std::vector<Named>& tensors, int device, cudaDeviceProp* prop) {
   int count = 0;
   if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
     cudaGetLastError();
@@ -52,31 +69,126 @@ Status select_common(const std::vector<Named>& tensors, int device, Backend requ
   if (device < 0 || device >= count)
     return invalid_argument("q: CUDA device index " + std::to_string(device) + " does not exist (" +
                             std::to_string(count) + " devices)");
-  if (Status s = check_device_pointers(tensors, device); !s.ok()) return s;
-  (void)requested;
-  (void)chosen;
-  return unsupported("no CUDA attention kernel is built into this version of flashtile yet; pass CPU tensors");
+  if (cudaError_t err = cudaGetDeviceProperties(prop, device); err != cudaSuccess)
+    return device_error("cudaGetDeviceProperties", err);
+  return check_device_pointers(tensors, device);
+}
+
+// The kernels load rows with 16-byte copies: every row must start on a 16-byte boundary.
+Status check_alignment(const std::vector<Named>& tensors) {
+  for (const Named& n : tensors) {
+    const Tensor& t = *n.tensor;
+    if (t.data == nullptr || t.ndim != 4) continue;
+    if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0)
+      return invalid_argument(std::string(n.name) + ": the CUDA kernels need 16-byte aligned data pointers");
+    for (int d = 0; d < 3; ++d)
+      if (t.shape[d] > 1 && t.stride[d] % 8 != 0)
+        return invalid_argument(std::string(n.name) + ": the CUDA kernels need strides that are multiples of 8 "
+                                "elements (16 bytes); stride[" + std::to_string(d) + "] is " +
+                                std::to_string(t.stride[d]));
+  }
+  return {};
+}
+
+constexpr int64_t kMaxSeqlen = int64_t{1} << 29;  // keeps the kernels' int row/key arithmetic in range
+
+// The one place that decides whether the sm80 forward runs a call, and with which instantiation.
+Status select_sm80_forward(const Problem& p, const cudaDeviceProp& prop, sm80::FwdKernelInfo* kernel) {
+  if (prop.major < 8)
+    return unsupported("the CUDA kernels need compute capability 8.0 or newer; device " + std::string(prop.name) +
+                       " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
+  if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
+    return unsupported(std::string("dtype ") + dtype_name(p.dtype) + ": the CUDA kernels take float16 or bfloat16");
+  if (p.head_dim % 8 != 0 || p.head_dim > 256)
+    return unsupported("head_dim " + std::to_string(p.head_dim) + ": the CUDA forward needs a multiple of 8, at most 256");
+  if (p.head_dim_v != p.head_dim)
+    return unsupported("head_dim_v " + std::to_string(p.head_dim_v) + " != head_dim " + std::to_string(p.head_dim) +
+                       ": the CUDA forward needs equal head dims");
+  if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen)
+    return unsupported("seqlen: the CUDA forward supports sequences up to 2^29");
+  *kernel = sm80::find_fwd(p.dtype, static_cast<int>(p.head_dim));
+  if (kernel->launch == nullptr)
+    return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
+                       ": this build has no kernel for it (see FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES)");
+  if (kernel->smem_bytes > static_cast<int>(prop.sharedMemPerBlockOptin))
+    return unsupported("head_dim " + std::to_string(kernel->head_dim) + " needs " +
+                       std::to_string(kernel->smem_bytes / 1024) + " KB of shared memory per block; " + prop.name +
+                       " offers " + std::to_string(prop.sharedMemPerBlockOptin / 1024) + " KB");
+  return {};
+}
+
+Status select_forward_kernel(const ForwardParams& params, const Problem& p, Backend* chosen,
+                             sm80::FwdKernelInfo* kernel) {
+  const std::vector<Named> tensors{{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"out", &params.out},
+                                   {"lse", &params.lse}};
+  cudaDeviceProp prop{};
+  if (Status s = check_device(tensors, params.q.device_index, &prop); !s.ok()) return s;
+  if (Status s = check_alignment(tensors); !s.ok()) return s;
+  if (params.backend == Backend::kCudaSm90)
+    return unsupported("backend cuda-sm90: the Hopper kernels are not part of this version; use cuda-sm80 or auto");
+  if (Status s = select_sm80_forward(p, prop, kernel); !s.ok()) return s;
+  *chosen = Backend::kCudaSm80;
+  return {};
 }
 
 }  // namespace
 
 bool compiled() { return true; }
 
-Status select(const ForwardParams& params, const Problem&, bool, Backend* chosen) {
-  return select_common({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"out", &params.out},
-                        {"lse", &params.lse}},
-                       params.q.device_index, params.backend, chosen);
+Status select(const ForwardParams& params, const Problem& p, bool, Backend* chosen) {
+  sm80::FwdKernelInfo kernel;
+  return select_forward_kernel(params, p, chosen, &kernel);
 }
 
-Status select(const BackwardParams& params, const Problem&, bool, Backend* chosen) {
-  return select_common({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"out", &params.out},
-                        {"lse", &params.lse}, {"dout", &params.dout}, {"dq", &params.dq}, {"dk", &params.dk},
-                        {"dv", &params.dv}},
-                       params.q.device_index, params.backend, chosen);
+Status select(const BackwardParams& params, const Problem&, bool, Backend*) {
+  cudaDeviceProp prop{};
+  if (Status s = check_device({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"out", &params.out},
+                               {"lse", &params.lse}, {"dout", &params.dout}, {"dq", &params.dq},
+                               {"dk", &params.dk}, {"dv", &params.dv}},
+                              params.q.device_index, &prop);
+      !s.ok())
+    return s;
+  return unsupported("the CUDA backward is not part of this version of flashtile; pass CPU tensors");
 }
 
-Status forward(const ForwardParams&, const Problem&, Backend backend) {
-  return unsupported(std::string("backend ") + backend_name(backend) + " has no forward kernel yet");
+namespace {
+
+FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& p, int block_m) {
+  FwdKernelParams k{};
+  k.q = params.q.data, k.k = params.k.data, k.v = params.v.data, k.o = params.out.data;
+  k.lse = p.with_lse ? static_cast<float*>(params.lse.data) : nullptr;
+  for (int d = 0; d < 3; ++d) {
+    k.q_stride[d] = params.q.stride[d], k.k_stride[d] = params.k.stride[d];
+    k.v_stride[d] = params.v.stride[d], k.o_stride[d] = params.out.stride[d];
+    k.lse_stride[d] = p.with_lse ? params.lse.stride[d] : 0;
+  }
+  k.batch = static_cast<int>(p.batch), k.heads_q = static_cast<int>(p.heads_q), k.group = static_cast<int>(p.group());
+  k.seqlen_q = static_cast<int>(p.seqlen_q), k.seqlen_k = static_cast<int>(p.seqlen_k);
+  k.head_dim = static_cast<int>(p.head_dim);
+  const int64_t unbounded = p.seqlen_q + p.seqlen_k;
+  k.key_offset = static_cast<int>(p.keys.offset);
+  k.window_left = static_cast<int>(p.keys.left < 0 ? unbounded : p.keys.left);
+  k.window_right = static_cast<int>(p.keys.right < 0 ? unbounded : p.keys.right);
+  constexpr float kLog2e = 1.4426950408889634f;
+  k.softcap = p.softcap;
+  k.scale_log2 = p.softcap > 0 ? kLog2e : p.scale * kLog2e;
+  k.scale_over_cap = p.softcap > 0 ? p.scale / p.softcap : 0.0f;
+  k.m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
+  return k;
+}
+
+}  // namespace
+
+Status forward(const ForwardParams& params, const Problem& p, Backend) {
+  sm80::FwdKernelInfo kernel;
+  Backend chosen;
+  if (Status s = select_forward_kernel(params, p, &chosen, &kernel); !s.ok()) return s;
+  if (p.batch == 0 || p.seqlen_q == 0) return {};
+  DeviceGuard guard(params.q.device_index);
+  const FwdKernelParams k = make_fwd_params(params, p, kernel.block_m);
+  if (cudaError_t err = kernel.launch(k, static_cast<cudaStream_t>(params.stream)); err != cudaSuccess)
+    return device_error("sm80 forward launch", err);
+  return {};
 }
 
 Status backward(const BackwardParams&, const Problem&, Backend backend) {

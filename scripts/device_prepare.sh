@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Prepares a GPU round on this machine (the GPU machine has no package registry, so it gets binaries):
+#   build-device/  a build whose binaries need no OpenBLAS installed: OpenBLAS linked statically into
+#                  libflashtile.so, which the tool and the tests share (one copy keeps the carry under 64 MiB),
+#                  kernels for sm_90a only (the H200)
+#   .device/       what else travels: peers.py from ../shared/bench, and libgomp
+# Then call the device tool with carry [build-device, .device] and run scripts/gpu_round.sh.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh build-device -DFLASHTILE_STATIC_BLAS=ON -DFLASHTILE_ENABLE_CUDA=ON -DFLASHTILE_CUDA_ARCHS=90a \
+  -DFLASHTILE_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=ON "$@"
+mkdir -p .device/lib
+cp ../shared/bench/peers.py .device/peers.py
+cp "$(g++ -print-file-name=libgomp.so.1)" .device/lib/
+du -sh build-device/libflashtile.so* build-device/tools/flashtile .device

@@ -1,0 +1,27 @@
+// What a CUDA forward kernel needs, resolved on the host from a validated call. Plain data, passed by value.
+#pragma once
+
+#include <cstdint>
+
+namespace flashtile::cuda {
+
+struct FwdKernelParams {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;  // nullptr: not written
+  // Strides in elements (batch, row, head); the last dim is contiguous.
+  int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
+  int64_t lse_stride[3];  // batch, head, row
+  int batch, heads_q, group, seqlen_q, seqlen_k, head_dim;
+  // Row i sees keys [i + key_offset - window_left, i + key_offset + window_right], clamped to [0, seqlen_k).
+  // Unbounded sides hold seqlen_q + seqlen_k, so the kernel needs no branch for them.
+  int key_offset, window_left, window_right;
+  float scale_log2;       // softmax scale * log2(e); with a softcap, log2(e) (the cap is applied first)
+  float softcap;          // 0: off
+  float scale_over_cap;   // softmax scale / softcap
+  int m_blocks;           // query blocks per (batch, head)
+};
+
+}  // namespace flashtile::cuda

@@ -1,0 +1,246 @@
+// The sm80 forward kernel, FlashAttention-2 schedule (the seeds' v2):
+//   - one CTA per (query block of kBlockM rows, batch x head): parallel over the sequence length;
+//   - warps split Q (each owns kMSlices x 16 rows and every key), so a row's max and sum never leave its warp;
+//   - K/V tiles are the inner loop, double-buffered against compute with cp.async (K of the next tile loads
+//     during P V, V of this tile during Q K^T);
+//   - the running max and sum stay in registers, O is rescaled only when the max moves, and the division by
+//     the sum happens once per row in the epilogue;
+//   - scores go to exp2 through one FMA with the softmax scale folded in (scale * log2 e);
+//   - tiles the mask hides entirely are never visited, and masking code runs only on tiles that need it.
+//
+// Shared memory (T = bf16 or fp16), rows padded to kRowStride elements:
+//   sQ (kBlockM x kHeadDim), sK (kBlockN x kHeadDim), sV (kBlockN x kHeadDim)
+// Registers per thread: acc_o [kMSlices][kHeadDim/8][4] fp32, acc_s [kMSlices][kBlockN/8][4] fp32.
+#pragma once
+
+#include <cmath>
+
+#include "backends/cuda/fwd_kernel_params.hpp"
+#include "backends/cuda/sm80/fwd_config.hpp"
+#include "backends/cuda/sm80/fwd_launch.hpp"
+#include "backends/cuda/sm80/ptx.cuh"
+
+namespace flashtile::cuda::sm80 {
+
+// Copies rows [row0, row0 + kRows) of one head into shared memory; rows past `rows_valid` and columns past
+// `cols_valid` become zeros (so padded head dims and sequence ends contribute nothing).
+template <typename Traits, int kRows, typename T>
+__device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int64_t row_stride, int row0,
+                                                int rows_valid, int cols_valid) {
+  constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
+  for (int i = threadIdx.x; i < kRows * kChunks; i += Traits::kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = row0 + r < rows_valid && c * 8 < cols_valid;
+    const T* src = valid ? head_base + (row0 + r) * row_stride + c * 8 : head_base;
+    cp_async_16(smem + r * Traits::kRowStride + c * 8, src, valid ? 16 : 0);
+  }
+}
+
+template <typename Traits, typename T, bool kSoftcap, int kVariant>
+__global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelParams p) {
+  constexpr int kHeadDim = Traits::kHeadDim, kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
+  constexpr int kMSlices = Traits::kMSlices, kNWarps = Traits::kNWarps, kStride = Traits::kRowStride;
+  constexpr int kNB = kBlockN / 8, kDB = kHeadDim / 8;  // 8-column blocks of S and of O
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sK = sQ + kBlockM * kStride;
+  T* sV = sK + kBlockN * kStride;
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;  // fragment row group and column pair (ptx.cuh, mma_16x8x16)
+
+  // Heavy query blocks first: with a causal mask the last blocks see the most keys.
+  const int num_m = (kVariant & kSequentialQBlocks) ? 1 : p.m_blocks;
+  const int bh = blockIdx.x / num_m;
+  const int b = bh / p.heads_q, h = bh % p.heads_q, hk = h / p.group;
+  const T* q_head = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[2];
+  const T* k_head = static_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
+  const T* v_head = static_cast<const T*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
+  T* o_head = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[2];
+
+  for (int mi = 0; mi < ((kVariant & kSequentialQBlocks) ? p.m_blocks : 1); ++mi) {
+    const int m_block = (kVariant & kSequentialQBlocks) ? p.m_blocks - 1 - mi : p.m_blocks - 1 - blockIdx.x % num_m;
+    const int row0 = m_block * kBlockM;
+    const int row_last = min(row0 + kBlockM, p.seqlen_q) - 1;
+    // Keys seen by any row of the block: [key_begin, key_end).
+    const int key_begin = max(0, row0 + p.key_offset - p.window_left);
+    const int key_end = min(p.seqlen_k, row_last + p.key_offset + p.window_right + 1);
+    const int n_first = key_begin / kBlockN;
+    const int n_last = key_begin < key_end ? (key_end - 1) / kBlockN : n_first - 1;
+
+    float acc_o[kMSlices][kDB][4];
+    float row_max[kMSlices][2], row_sum[kMSlices][2];  // per fragment row (g, g + 8), in raw score units
+#pragma unroll
+    for (int s = 0; s < kMSlices; ++s) {
+#pragma unroll
+      for (int d = 0; d < kDB; ++d) acc_o[s][d][0] = acc_o[s][d][1] = acc_o[s][d][2] = acc_o[s][d][3] = 0.0f;
+      row_max[s][0] = row_max[s][1] = -INFINITY;
+      row_sum[s][0] = row_sum[s][1] = 0.0f;
+    }
+
+    if (n_first <= n_last) {
+      if (kVariant & kSequentialQBlocks) __syncthreads();  // sQ is reused by the next query block
+      load_rows_async<Traits, kBlockM>(sQ, q_head, p.q_stride[1], row0, p.seqlen_q, p.head_dim);
+      load_rows_async<Traits, kBlockN>(sK, k_head, p.k_stride[1], n_first * kBlockN, p.seqlen_k, p.head_dim);
+      cp_async_commit();
+    }
+
+    for (int n_block = n_first; n_block <= n_last; ++n_block) {
+      const int col0 = n_block * kBlockN;
+      cp_async_wait<0>();
+      __syncthreads();  // sK (and sQ) ready; every warp is done with sV of the previous tile
+      load_rows_async<Traits, kBlockN>(sV, v_head, p.v_stride[1], col0, p.seqlen_k, p.head_dim);
+      cp_async_commit();
+
+      // S = Q K^T for this warp's rows.
+      float acc_s[kMSlices][kNB][4];
+#pragma unroll
+      for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+        for (int n = 0; n < kNB; ++n) acc_s[s][n][0] = acc_s[s][n][1] = acc_s[s][n][2] = acc_s[s][n][3] = 0.0f;
+#pragma unroll
+      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
+        uint32_t qf[kMSlices][4];
+#pragma unroll
+        for (int s = 0; s < kMSlices; ++s)
+          ldmatrix_x4(qf[s], sQ + ((s * kNWarps + warp) * 16 + lane % 16) * kStride + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+        for (int n2 = 0; n2 < kNB / 2; ++n2) {
+          uint32_t kf[4];
+          ldmatrix_x4(kf, sK + (n2 * 16 + lane % 8 + (lane / 16) * 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+          for (int s = 0; s < kMSlices; ++s) {
+            mma_16x8x16<T>(acc_s[s][2 * n2], qf[s], kf[0], kf[1]);
+            mma_16x8x16<T>(acc_s[s][2 * n2 + 1], qf[s], kf[2], kf[3]);
+          }
+        }
+      }
+
+      // Softcap, then the mask on tiles that need it: some row of the block does not see some key of the tile.
+      const bool full_tile = row_last + p.key_offset - p.window_left <= col0 &&
+                             row0 + p.key_offset + p.window_right >= col0 + kBlockN - 1 &&
+                             col0 + kBlockN <= p.seqlen_k;
+#pragma unroll
+      for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+        for (int n = 0; n < kNB; ++n)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = acc_s[s][n][e];
+            if (kSoftcap) x = p.softcap * tanhf(x * p.scale_over_cap);
+            if (!full_tile) {
+              const int row = row0 + (s * kNWarps + warp) * 16 + g + (e / 2) * 8;
+              const int col = col0 + n * 8 + 2 * t + e % 2;
+              const bool visible = col < p.seqlen_k && col >= row + p.key_offset - p.window_left &&
+                                   col <= row + p.key_offset + p.window_right;
+              x = visible ? x : -INFINITY;
+            }
+            acc_s[s][n][e] = x;
+          }
+
+      // Online softmax. A row's 4 owners (lanes 4g..4g+3) agree on its max through two shuffles.
+#pragma unroll
+      for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          float mx = row_max[s][hr];
+#pragma unroll
+          for (int n = 0; n < kNB; ++n) mx = fmaxf(mx, fmaxf(acc_s[s][n][2 * hr], acc_s[s][n][2 * hr + 1]));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          const float shift = mx == -INFINITY ? 0.0f : mx * p.scale_log2;  // a row with no key yet
+          const float alpha = exp2_approx(row_max[s][hr] * p.scale_log2 - shift);
+          row_max[s][hr] = mx;
+          float sum = 0.0f;
+#pragma unroll
+          for (int n = 0; n < kNB; ++n)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const float pe = exp2_approx(fmaf(acc_s[s][n][2 * hr + e], p.scale_log2, -shift));
+              acc_s[s][n][2 * hr + e] = pe;
+              sum += pe;
+            }
+          if (kVariant & kRescaleEveryStep) {  // FA1 keeps full sums: reduce across the row's 4 owners now
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+          }
+          // FA1 stores O normalised, so it first multiplies back by the old sum; FA2 only rescales.
+          const float o_scale = (kVariant & kRescaleEveryStep) ? alpha * row_sum[s][hr] : alpha;
+          row_sum[s][hr] = row_sum[s][hr] * alpha + sum;
+#pragma unroll
+          for (int d = 0; d < kDB; ++d) acc_o[s][d][2 * hr] *= o_scale, acc_o[s][d][2 * hr + 1] *= o_scale;
+        }
+
+      cp_async_wait<0>();
+      __syncthreads();  // sV ready; every warp is done with sK
+      if (n_block < n_last) {
+        load_rows_async<Traits, kBlockN>(sK, k_head, p.k_stride[1], col0 + kBlockN, p.seqlen_k, p.head_dim);
+        cp_async_commit();
+      }
+
+      // O += P V, with P taken straight from the S accumulators (their layout is the A fragment's).
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t pf[kMSlices][4];
+#pragma unroll
+        for (int s = 0; s < kMSlices; ++s) {
+          pf[s][0] = pack2<T>(acc_s[s][2 * kk][0], acc_s[s][2 * kk][1]);
+          pf[s][1] = pack2<T>(acc_s[s][2 * kk][2], acc_s[s][2 * kk][3]);
+          pf[s][2] = pack2<T>(acc_s[s][2 * kk + 1][0], acc_s[s][2 * kk + 1][1]);
+          pf[s][3] = pack2<T>(acc_s[s][2 * kk + 1][2], acc_s[s][2 * kk + 1][3]);
+        }
+#pragma unroll
+        for (int d2 = 0; d2 < kDB / 2; ++d2) {
+          uint32_t vf[4];
+          ldmatrix_x4_trans(vf, sV + (kk * 16 + lane % 16) * kStride + d2 * 16 + (lane / 16) * 8);
+#pragma unroll
+          for (int s = 0; s < kMSlices; ++s) {
+            mma_16x8x16<T>(acc_o[s][2 * d2], pf[s], vf[0], vf[1]);
+            mma_16x8x16<T>(acc_o[s][2 * d2 + 1], pf[s], vf[2], vf[3]);
+          }
+        }
+      }
+
+      if (kVariant & kRescaleEveryStep) {
+        // FA1's per-step normalisation: O holds the normalised output after every tile.
+#pragma unroll
+        for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const float inv = row_sum[s][hr] > 0.0f ? 1.0f / row_sum[s][hr] : 0.0f;
+#pragma unroll
+            for (int d = 0; d < kDB; ++d) acc_o[s][d][2 * hr] *= inv, acc_o[s][d][2 * hr + 1] *= inv;
+          }
+      }
+    }
+
+    // Epilogue: one division per row, then O and LSE to global memory. Rows that saw no key get O = 0 and
+    // LSE = -inf.
+#pragma unroll
+    for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        float l = row_sum[s][hr];
+        if (!(kVariant & kRescaleEveryStep)) {  // FA2 kept per-thread partial sums
+          l += __shfl_xor_sync(0xffffffffu, l, 1);
+          l += __shfl_xor_sync(0xffffffffu, l, 2);
+        }
+        const bool seen = row_max[s][hr] != -INFINITY;
+        const float inv = !seen ? 0.0f : (kVariant & kRescaleEveryStep) ? 1.0f : 1.0f / l;
+        const int row = row0 + (s * kNWarps + warp) * 16 + g + hr * 8;
+        if (row >= p.seqlen_q) continue;
+        T* o_row = o_head + row * p.o_stride[1];
+#pragma unroll
+        for (int d = 0; d < kDB; ++d) {
+          const int col = d * 8 + 2 * t;
+          if (col < p.head_dim)
+            *reinterpret_cast<uint32_t*>(o_row + col) = pack2<T>(acc_o[s][d][2 * hr] * inv, acc_o[s][d][2 * hr + 1] * inv);
+        }
+        if (p.lse != nullptr && t == 0)
+          p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + row * p.lse_stride[2]] =
+              seen ? (row_max[s][hr] * p.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+      }
+  }
+}
+
+}  // namespace flashtile::cuda::sm80

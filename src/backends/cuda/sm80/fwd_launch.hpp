@@ -1,0 +1,40 @@
+// The sm80 forward as the host sees it: which instantiations this build has, and how to launch one.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/cuda/fwd_kernel_params.hpp"
+#include "flashtile/flashtile.hpp"
+
+namespace flashtile::cuda::sm80 {
+
+// Switches on the v2 kernel for the seeds' ablation (flashtile bench --ablation); the library runs the defaults.
+// A bit set, so it can be a template parameter.
+enum FwdVariant : int {
+  kV2 = 0,
+  kRescaleEveryStep = 1,   // FA1-style: O normalised by the running sum after every K/V tile
+  kSequentialQBlocks = 2,  // FA1-style grid: one CTA per (batch, head) walks all its query blocks
+};
+
+// Defined in fwd_launch.cuh; explicitly instantiated once per generated translation unit.
+template <typename T, int kHeadDim, int kVariant>
+cudaError_t launch_fwd(const FwdKernelParams& params, cudaStream_t stream);
+
+using FwdLauncher = cudaError_t (*)(const FwdKernelParams&, cudaStream_t);
+
+struct FwdKernelInfo {
+  FwdLauncher launch = nullptr;
+  int head_dim = 0;     // the instantiated head dim the call is padded up to
+  int block_m = 0;      // query rows per CTA
+  int smem_bytes = 0;
+};
+
+// The smallest instantiated head dim >= head_dim for dtype (generated: fwd_registry.cu). launch is null when
+// this build has none (CMake FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES left it out).
+FwdKernelInfo find_fwd(DType dtype, int head_dim);
+
+// The seeds' ablation (bf16, head dim 128 only): v2 with FA1's per-step rescale, or without sequence
+// parallelism. null when this build left bf16 / 128 out.
+FwdKernelInfo find_fwd_ablation(bool rescale_every_step, bool sequential_q_blocks);
+
+}  // namespace flashtile::cuda::sm80
