@@ -1,7 +1,9 @@
 // `flashtile bench`: sweeps a BENCHMARKS.md grid, or shapes given on the command line, over one or more
 // backends; writes one JSON object per case with bench/peers.py's field names, so flashtile's rows line up
 // with the peers' (PyTorch CPU SDPA is peers.py's grid C, impl "torch-cpu"), and prints a markdown table.
+// --ablation instead times the seeds' FA1-vs-FA2 comparison on the GPU (gpu::FwdVariant).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -13,6 +15,7 @@
 
 #include "cli_options.hpp"
 #include "commands.hpp"
+#include "gpu.hpp"
 #include "measure.hpp"
 
 namespace flashtile::tool {
@@ -153,10 +156,24 @@ std::string today() {
   return buf;
 }
 
+// The "env" object that opens a results file: the machine, the build and the date.
+std::string env_line(int32_t threads) {
+  std::string device_note;
+  const bool has_device = verify::cuda_available(&device_note);
+  JsonLine env;
+  env.text("kind", "env");
+  if (has_device) env.text("gpu", gpu::device_name());
+  env.text("cpu", cpu_model()).integer("cores", std::thread::hardware_concurrency());
+  env.integer("threads", resolved_threads(threads)).text("flashtile", version());
+  env.text("compiler", FLASHTILE_TOOL_COMPILER).text("build", FLASHTILE_TOOL_BUILD_TYPE);
+  env.text("cuda", has_device ? "device present" : device_note).text("date", today());
+  return env.str();
+}
+
 // What one measured case contributes to the closing table.
 struct Result {
   std::string row_key;  // dtype, shape and mask: the table's row
-  Backend backend;
+  Backend backend = Backend::kAuto;
   double fwd_ms = NAN, fwd_tflops = NAN, bwd_ms = NAN, bwd_tflops = NAN;
   bool failed = false;
 };
@@ -170,6 +187,42 @@ std::string fixed(double v, int digits) {
 
 // Three significant digits or more for a time in ms: "3.01", "81.2", "812".
 int digits_for(double ms) { return ms < 10 ? 2 : ms < 100 ? 1 : 0; }
+
+// Times forward calls (`call`: one warm-up, then `repeats`) on pl and checks `verify_rows` sampled rows of the
+// output against the float64 oracle, recording both in r, rec and the progress line. False when a call failed.
+bool measure_forward(const Placement& pl, const verify::Case& c, const std::function<Status(const InputSet&)>& call,
+                     int repeats, int64_t verify_rows, uint64_t seed, Result* r, JsonLine* rec) {
+  Timing fwd;
+  if (Status s = time_calls(pl, call, repeats, &fwd); !s.ok()) {
+    r->failed = true;
+    rec->text("error", s.message);
+    std::fprintf(stderr, "error: %s", s.message.c_str());
+    return false;
+  }
+  r->fwd_ms = fwd.median_ms();
+  r->fwd_tflops = headline_flops(c.problem) / r->fwd_ms / 1e9;
+  rec->number("ms", r->fwd_ms).number("tflops", r->fwd_tflops);
+  rec->number("fwd_ms", r->fwd_ms).number("fwd_tflops", r->fwd_tflops).integer("repeats", repeats);
+  if (fwd.extra_bytes >= 0) rec->number("extra_mib", static_cast<double>(fwd.extra_bytes) / (1 << 20));
+  if (pl.on_device) rec->integer("input_sets", static_cast<int64_t>(pl.sets.size()));
+  std::fprintf(stderr, "%s ms (%.3f TFLOP/s)", fixed(r->fwd_ms, digits_for(r->fwd_ms)).c_str(), r->fwd_tflops);
+
+  if (verify_rows > 0) {
+    // A wrong fast kernel must not make a fast table. sample_rows gives the first and last rows and `count` more.
+    const std::vector<verify::RowSample> rows =
+        verify::sample_rows(c.problem, static_cast<int>(std::max<int64_t>(verify_rows - 2, 0)), seed);
+    const Status fetched = fetch_outputs(pl);
+    const verify::CheckResult check = fetched.ok() ? verify::check_rows(c, rows) : verify::CheckResult{};
+    const bool ok = fetched.ok() && check.pass();
+    rec->boolean("verified", ok);
+    if (!ok) {
+      r->failed = true;
+      rec->text("verify_error", fetched.ok() ? check.summary() : fetched.message);
+      std::fprintf(stderr, ", VERIFY FAILED: %s", fetched.ok() ? check.summary().c_str() : fetched.message.c_str());
+    }
+  }
+  return true;
+}
 
 // Markdown: one row per (dtype, shape, mask), per backend "TFLOP/s (ms)", and the FA2/FA1 speed ratio
 // (FA1 time over FA2 time) when both schedules ran.
@@ -214,12 +267,117 @@ std::string table(const std::vector<Result>& results, const std::vector<Backend>
   return s.str();
 }
 
+// ---- --ablation: the seeds' FA1-vs-FA2 comparison on the GPU ------------------------------------------------
+
+// The sm80 v2 kernel, and v2 with one of the seeds' v2 changes undone.
+struct AblationColumn {
+  gpu::FwdVariant variant;
+  const char* impl;   // peers.py's impl field
+  const char* title;  // the table's column
+};
+constexpr AblationColumn kAblation[] = {
+    {gpu::FwdVariant::kV2, "flashtile-sm80-v2", "v2"},
+    {gpu::FwdVariant::kRescaleEveryStep, "flashtile-sm80-v2-rescale-every-step", "v2 + rescale every step"},
+    {gpu::FwdVariant::kSequentialQBlocks, "flashtile-sm80-v2-no-seq-parallel", "v2 without seq parallelism"},
+};
+constexpr size_t kAblationColumns = std::size(kAblation);
+
+struct AblationRow {
+  std::string key;  // shape and mask
+  std::array<Result, kAblationColumns> cells;
+};
+
+// Markdown: per variant "TFLOP/s (ms)", and beside each change its TFLOP/s over v2's.
+std::string ablation_table(const std::vector<AblationRow>& rows) {
+  std::ostringstream s;
+  s << "| shape | mask |";
+  for (const AblationColumn& col : kAblation)
+    s << " " << col.title << " TFLOP/s (ms) |" << (col.variant == gpu::FwdVariant::kV2 ? "" : " vs v2 |");
+  s << "\n|---|---|";
+  for (const AblationColumn& col : kAblation) s << (col.variant == gpu::FwdVariant::kV2 ? "---|" : "---|---|");
+  s << "\n";
+  for (const AblationRow& row : rows) {
+    const Result& v2 = row.cells[0];
+    s << "| " << row.key << " |";
+    for (size_t i = 0; i < kAblationColumns; ++i) {
+      const Result& r = row.cells[i];
+      if (r.failed) s << " failed |";
+      else s << " " << fixed(r.fwd_tflops, 1) << " (" << fixed(r.fwd_ms, digits_for(r.fwd_ms)) << ") |";
+      if (i > 0) s << " " << (r.failed || v2.failed ? "-" : fixed(r.fwd_tflops / v2.fwd_tflops, 2) + "x") << " |";
+    }
+    s << "\n";
+  }
+  s << "\nNo column is FA1 itself: its GPU kernel (K/V blocks as the outer loop, O rescaled through HBM) does not\n"
+       "exist yet, so each column undoes one of v2's changes inside the v2 kernel.\n";
+  return s.str();
+}
+
+// Grid A's D = 128 shapes at S = 512, 2k and 8k (B = 16384 / S, H = 16), causal and not, bf16, each variant
+// timed on the GPU and its output checked like any bench case. Rows go to `out` under grid "A".
+int ablation_sweep(std::ofstream& out, const std::string& out_path, const std::string& table_path, int repeats,
+                   int64_t verify_rows) {
+  out << env_line(0) << "\n";
+  std::vector<AblationRow> rows;
+  const size_t total = 3 * 2 * kAblationColumns;
+  size_t index = 0;
+  uint64_t seed = 0;
+  bool any_failed = false;
+  for (int64_t seqlen : {512, 2048, 8192}) {
+    const Shape sh{16384 / seqlen, seqlen, 16, 16, 128};
+    verify::Problem problem;
+    problem.batch = sh.batch, problem.seqlen_q = problem.seqlen_k = sh.seqlen;
+    problem.heads_q = sh.heads, problem.heads_kv = sh.heads_kv;
+    problem.head_dim = problem.head_dim_v = sh.head_dim;
+    problem.dtype = DType::kBFloat16;
+    verify::Case c = verify::Case::make(problem, seed, false);
+    for (bool causal : {false, true}) {
+      c.problem.options.causal = causal;
+      rows.push_back({shape_text(sh) + " | " + (causal ? "causal" : "full"), {}});
+      for (size_t i = 0; i < kAblationColumns; ++i) {
+        const AblationColumn& col = kAblation[i];
+        std::fprintf(stderr, "[%zu/%zu] %s %s bf16 %s ... ", ++index, total, shape_text(sh).c_str(),
+                     causal ? "causal" : "full", col.title);
+        std::fflush(stderr);
+        Result& r = rows.back().cells[i];
+        JsonLine rec;
+        rec.text("kind", "attn").text("grid", "A").text("impl", col.impl).text("dtype", dtype_name(problem.dtype));
+        rec.integer("B", sh.batch).integer("S", sh.seqlen).integer("H", sh.heads).integer("Hkv", sh.heads_kv);
+        rec.integer("D", sh.head_dim).boolean("causal", causal);
+        // Fresh NaN in the outputs, so rows a variant leaves unwritten cannot pass with the last one's values.
+        c.out.poison();
+        c.lse.poison();
+        Placement pl;
+        std::string note;
+        if (Status s = place(c, Backend::kCudaSm80, 0, false, &pl, &note); !s.ok()) {
+          r.failed = true;
+          rec.text("error", s.message);
+          std::fprintf(stderr, "error: %s", s.message.c_str());
+        } else {
+          const auto call = [&](const InputSet& set) { return gpu::forward_variant(col.variant, set.fwd); };
+          measure_forward(pl, c, call, repeats, verify_rows, seed, &r, &rec);
+        }
+        any_failed = any_failed || r.failed;
+        std::fprintf(stderr, "\n");
+        out << rec.str() << "\n" << std::flush;
+      }
+    }
+    ++seed;
+  }
+  const std::string md = ablation_table(rows);
+  const std::string heading = "ablation on " + gpu::device_name() + ", bf16, D=128, flashtile " + version() + ", " +
+                              today() + "; TFLOP/s by the headline count (median ms in parentheses)";
+  std::printf("\n%s\n\n%s", heading.c_str(), md.c_str());
+  std::ofstream(table_path) << heading << "\n\n" << md;
+  std::printf("\nresults: %s (JSON lines), %s (this table)\n", out_path.c_str(), table_path.c_str());
+  return any_failed ? kExitFailed : kExitOk;
+}
+
 }  // namespace
 
 int bench_command(const std::vector<std::string>& args) {
   std::string grid_name, shapes_text, out_path, backends_text, dtypes_text, causal_text;
-  bool compare_schedules = false, with_backward = false;
-  int64_t repeats = 5, verify_rows = 16;
+  bool compare_schedules = false, with_backward = false, ablation = false;
+  int64_t repeats = -1, verify_rows = 16;  // repeats -1: kHostRepeats or kDeviceRepeats, where a case runs
   int32_t threads = 0;
 
   OptionSet o("bench",
@@ -236,32 +394,59 @@ int bench_command(const std::vector<std::string>& args) {
   o.flag("--schedules", "", "add cpu-flash1, so the FA1-vs-FA2 schedule comparison is in the output",
          [&] { compare_schedules = true; });
   o.flag("--compare-schedules", "", "same as --schedules", [&] { compare_schedules = true; });
+  o.flag("--ablation", "", "instead of a grid: the seeds' FA1-vs-FA2 ablation of the sm80 kernel on the GPU",
+         [&] { ablation = true; });
   o.add({"--dtype", "", "LIST", "fp32,fp16,bf16 (comma-separated) [grid C: fp32,bf16; others: bf16]",
          [&](const std::string& v) { dtypes_text = v; }});
   o.add({"--causal", "", "WHICH", "both | on | off [the grid's: both, G: on]", [&](const std::string& v) { causal_text = v; }});
-  o.add({"--repeats", "-r", "N", "timed calls per case after one warm-up; the median is recorded [5]",
+  o.add({"--repeats", "-r", "N", "timed calls per case after one warm-up; the median is recorded [5; 20 on a GPU]",
          [&](const std::string& v) { repeats = parse_int("--repeats", v, 1, 1000000); }});
   o.add({"--threads", "-t", "N", "CPU threads; 0 = all cores (OMP_NUM_THREADS is honoured) [0]",
          [&](const std::string& v) { threads = static_cast<int32_t>(parse_int("--threads", v, 0, 4096)); }});
   o.flag("--backward", "", "also time the backward (bwd_ms, bwd_tflops; cpu-flash1 has none)",
          [&] { with_backward = true; });
-  o.add({"--verify-rows", "", "N", "rows per case checked against the float64 oracle; 0 = no check [16]",
+  o.add({"--verify-rows", "", "N",
+         "rows per case checked against the float64 oracle, first and last included; 0 = no check [16]",
          [&](const std::string& v) { verify_rows = parse_int("--verify-rows", v, 0, 1000000); }});
   o.add({"--out", "-o", "FILE", "JSON lines go here, the table to FILE.md [bench-results.jsonl]",
          [&](const std::string& v) { out_path = v; }});
   o.add_note("TFLOP/s use the headline count 4*B*H*S*S*D, halved for causal (backward: 2.5x), as peers.py does.\n"
              "JSON fields: kind (\"cpu\", or \"attn\" for CUDA backends), grid, impl (flashtile-cpu = cpu-flash2,\n"
-             "flashtile-cpu-fa1 = cpu-flash1), threads, dtype, B, S, H, Hkv, D, causal, ms, tflops, fwd_ms, fwd_tflops,\n"
-             "extra_mib (peak extra memory of a call), verified, and bwd_ms, bwd_tflops with --backward.");
+             "flashtile-cpu-fa1 = cpu-flash1), threads, dtype, B, S, H, Hkv, D, causal, ms, tflops, fwd_ms,\n"
+             "fwd_tflops, extra_mib (peak extra memory of a call), input_sets (GPU), verified, and bwd_ms, bwd_tflops\n"
+             "with --backward. On a GPU, calls are timed with CUDA events, and inputs smaller than L2 are rotated\n"
+             "among copies (input_sets) so that no call finds them in L2 (BENCHMARKS.md).");
+  o.add_note("--ablation: grid A's D=128 shapes at S = 512, 2k, 8k, causal and not, bf16, through the sm80 v2\n"
+             "kernel (impl flashtile-sm80-v2), v2 renormalising O after every K/V block as FA1 does\n"
+             "(flashtile-sm80-v2-rescale-every-step), and v2 with one CTA per (batch, head) walking all its query\n"
+             "blocks, FA1's grid (flashtile-sm80-v2-no-seq-parallel). Needs a CUDA build and a GPU; takes\n"
+             "--repeats, --verify-rows and --out.");
   o.add_example("flashtile bench --grid C", "grid C, FA2 and FA1 schedules, fp32 and bf16, 5 repeats");
   o.add_example("flashtile bench --grid C --dtype bf16 --causal on --repeats 3 -o c.jsonl", "a quarter of grid C");
   o.add_example("flashtile bench --shapes \"1,2k,16,128;2,1k,32,64,8\" --backward --schedules",
                 "two custom shapes, forward and backward, both schedules");
+  o.add_example("flashtile bench --grid A --backends cuda-sm80 --dtype bf16,fp16 -o a.jsonl",
+                "grid A forward on the GPU, 20 repeats per case");
+  o.add_example("flashtile bench --ablation -o ablation.jsonl", "the FA1-vs-FA2 ablation on the GPU");
   if (!o.parse(args)) {
     std::cout << o.help();
     return kExitOk;
   }
 
+  if (ablation) {
+    if (!grid_name.empty() || !shapes_text.empty() || !backends_text.empty() || !dtypes_text.empty() ||
+        !causal_text.empty() || compare_schedules || with_backward)
+      throw UsageError("--ablation runs its own sweep; it takes only --repeats, --verify-rows and --out");
+    if (!cuda_backend_compiled()) {
+      std::fprintf(stderr, "flashtile bench: --ablation times the sm80 kernels and needs a CUDA build "
+                           "(configure with -DFLASHTILE_ENABLE_CUDA=ON)\n");
+      return kExitFailed;
+    }
+    if (std::string why; !verify::cuda_available(&why)) {
+      std::fprintf(stderr, "flashtile bench: --ablation needs a usable CUDA GPU: %s\n", why.c_str());
+      return kExitFailed;
+    }
+  }
   if (!grid_name.empty() && !shapes_text.empty()) throw UsageError("give --grid or --shapes, not both");
   Grid grid = shapes_text.empty() ? named_grid(grid_name.empty() ? "C" : grid_name)
                                   : Grid{"custom", parse_shapes(shapes_text), {DType::kBFloat16}, {false, true},
@@ -293,34 +478,34 @@ int bench_command(const std::vector<std::string>& args) {
     std::fprintf(stderr, "flashtile bench: cannot write %s\n", out_path.c_str());
     return kExitFailed;
   }
+  freeze_malloc_thresholds();
+  if (ablation)
+    return ablation_sweep(out, out_path, table_path, repeats < 0 ? kDeviceRepeats : static_cast<int>(repeats),
+                          verify_rows);
 
+  std::string device_note;
+  const bool has_device = verify::cuda_available(&device_note);
+  // Where a backend will run: the device for cuda-*, and for auto when a GPU is present.
+  const auto on_device = [&](Backend b) { return is_cuda(b) || (b == Backend::kAuto && has_device); };
+  const auto repeats_on = [&](bool device) {
+    return repeats > 0 ? static_cast<int>(repeats) : device ? kDeviceRepeats : kHostRepeats;
+  };
   const size_t total = grid.dtypes.size() * grid.shapes.size() * grid.causal.size() * grid.backends.size();
-  double work = 0;  // FLOPs of every call the sweep makes, warm-ups included
+  double flops_per_dtype = 0, calls_per_shape = 0;  // FLOPs of every call the sweep makes, warm-ups included
   for (const Shape& sh : grid.shapes)
     for (bool causal : grid.causal)
-      work += 4.0 * sh.batch * sh.heads * sh.seqlen * sh.seqlen * sh.head_dim / (causal ? 2 : 1);
-  work *= static_cast<double>(grid.dtypes.size() * grid.backends.size() * (repeats + 1)) * (with_backward ? 3.5 : 1);
+      flops_per_dtype += 4.0 * sh.batch * sh.heads * sh.seqlen * sh.seqlen * sh.head_dim / (causal ? 2 : 1);
+  for (Backend b : grid.backends) calls_per_shape += repeats_on(on_device(b)) + 1;
+  const double work =
+      flops_per_dtype * static_cast<double>(grid.dtypes.size()) * calls_per_shape * (with_backward ? 3.5 : 1);
   std::fprintf(stderr, "grid %s: %zu cases, %s of work in all\n", grid.name.c_str(), total, format_flops(work).c_str());
-  std::string device_note;
-  const bool has_device = device::available(&device_note);
-  const bool on_cpu = std::any_of(grid.backends.begin(), grid.backends.end(), [&](Backend b) {
-    return b == Backend::kCpuFlash2 || b == Backend::kCpuFlash1 || b == Backend::kCpuReference ||
-           (b == Backend::kAuto && !has_device);
-  });
-  if (grid.gpu_sized && on_cpu)
+  if (grid.gpu_sized && !std::all_of(grid.backends.begin(), grid.backends.end(), on_device))
     std::fprintf(stderr, "warning: grid %s is sized for a GPU; at the CPU backends' fraction of a TFLOP/s this runs for "
                          "hours (use --grid C or --shapes)\n", grid.name.c_str());
+  out << env_line(threads) << "\n";
 
-  freeze_malloc_thresholds();
-  JsonLine env;
-  env.text("kind", "env");
-  if (has_device) env.text("gpu", device::name());
-  env.text("cpu", cpu_model()).integer("cores", std::thread::hardware_concurrency());
-  env.integer("threads", resolved_threads(threads)).text("flashtile", version());
-  env.text("compiler", FLASHTILE_TOOL_COMPILER).text("build", FLASHTILE_TOOL_BUILD_TYPE);
-  env.text("cuda", has_device ? "device present" : device_note).text("date", today());
-  out << env.str() << "\n";
-
+  const auto forward_call = [](const InputSet& set) { return forward(set.fwd); };
+  const auto backward_call = [](const InputSet& set) { return flashtile::backward(set.bwd); };
   std::vector<Result> results;
   size_t index = 0;
   uint64_t seed = 0;  // inputs differ between shapes, and are the same in every run of the sweep
@@ -334,10 +519,10 @@ int bench_command(const std::vector<std::string>& args) {
       problem.dtype = dtype;
       // One set of inputs per shape and dtype, shared by its masks and backends: making them costs more than
       // a small case's timing.
-      verify::Case c = verify::Case::make(problem, seed++, with_backward);
+      verify::Case c = verify::Case::make(problem, seed, with_backward);
       for (bool causal : grid.causal)
         for (Backend backend : grid.backends) {
-          c.problem.options.causal = problem.options.causal = causal;
+          c.problem.options.causal = causal;
           std::fprintf(stderr, "[%zu/%zu] %s %s %s %s ... ", ++index, total, shape_text(sh).c_str(),
                        causal ? "causal" : "full", short_dtype_name(dtype), backend_name(backend));
           std::fflush(stderr);
@@ -345,78 +530,58 @@ int bench_command(const std::vector<std::string>& args) {
           Result r;
           r.row_key = std::string(short_dtype_name(dtype)) + " | " + shape_text(sh) + " | " + (causal ? "causal" : "full");
           r.backend = backend;
+          // Fresh NaN in the outputs, so rows a backend leaves unwritten cannot pass with the last one's values.
+          c.out.poison();
+          c.lse.poison();
           JsonLine rec;
           Placement pl;
           std::string note;
-          Status s = place(c, backend, threads, with_backward, &pl, &note);
-          const Backend ran = s.ok() ? pl.chosen : backend;
-          rec.text("kind", pl.on_device ? "attn" : "cpu").text("grid", grid.name).text("impl", impl_name(ran));
-          if (!pl.on_device) rec.integer("threads", resolved_threads(threads));
+          const Status placed = place(c, backend, threads, with_backward, &pl, &note);
+          const bool device = placed.ok() ? pl.on_device : is_cuda(backend);
+          rec.text("kind", device ? "attn" : "cpu").text("grid", grid.name);
+          rec.text("impl", impl_name(placed.ok() ? pl.chosen : backend));
+          if (!device) rec.integer("threads", resolved_threads(threads));
           if (!note.empty()) rec.text("note", note);  // why auto passed a CUDA device over
           rec.text("dtype", dtype_name(dtype)).integer("B", sh.batch).integer("S", sh.seqlen).integer("H", sh.heads);
           rec.integer("Hkv", sh.heads_kv).integer("D", sh.head_dim).boolean("causal", causal);
 
-          Timing fwd;
-          if (s.ok()) s = time_calls([&] { return forward(pl.fwd); }, pl.on_device, static_cast<int>(repeats), &fwd);
-          if (!s.ok()) {
-            r.failed = any_failed = true;
-            rec.text("error", s.message);
-            std::fprintf(stderr, "error: %s\n", s.message.c_str());
-            out << rec.str() << "\n" << std::flush;
-            results.push_back(r);
-            continue;
-          }
-          const double flops = headline_flops(problem);
-          r.fwd_ms = fwd.median_ms();
-          r.fwd_tflops = flops / r.fwd_ms / 1e9;
-          rec.number("ms", r.fwd_ms).number("tflops", r.fwd_tflops);
-          rec.number("fwd_ms", r.fwd_ms).number("fwd_tflops", r.fwd_tflops).integer("repeats", repeats);
-          if (fwd.extra_bytes >= 0) rec.number("extra_mib", static_cast<double>(fwd.extra_bytes) / (1 << 20));
-          std::fprintf(stderr, "%s ms (%.3f TFLOP/s)", fixed(r.fwd_ms, digits_for(r.fwd_ms)).c_str(), r.fwd_tflops);
-
-          if (verify_rows > 0) {
-            // A wrong fast kernel must not make a fast table.
-            const std::vector<verify::RowSample> rows = spread_rows(problem, verify_rows);
-            Status fetched = fetch_outputs(pl, c, false);
-            const verify::CheckResult check = fetched.ok() ? verify::check_rows(c, rows) : verify::CheckResult{};
-            const bool ok = fetched.ok() && check.pass();
-            rec.boolean("verified", ok);
-            if (!ok) {
-              r.failed = any_failed = true;
-              rec.text("verify_error", fetched.ok() ? check.summary() : fetched.message);
-              std::fprintf(stderr, ", VERIFY FAILED: %s", fetched.ok() ? check.summary().c_str() : fetched.message.c_str());
-            }
-          }
-
-          if (with_backward) {
+          if (!placed.ok()) {
+            r.failed = true;
+            rec.text("error", placed.message);
+            std::fprintf(stderr, "error: %s", placed.message.c_str());
+          } else if (measure_forward(pl, c, forward_call, repeats_on(device), verify_rows, seed, &r, &rec) &&
+                     with_backward) {
             Backend bwd_backend = Backend::kAuto;
             Timing bwd;
-            s = select_backward_backend(pl.bwd, &bwd_backend);
-            if (s.ok()) s = time_calls([&] { return flashtile::backward(pl.bwd); }, pl.on_device, static_cast<int>(repeats), &bwd);
+            Status s = select_backward_backend(pl.sets[0].bwd, &bwd_backend);
+            if (s.ok()) s = time_calls(pl, backward_call, repeats_on(device), &bwd);
             if (s.ok()) {
               r.bwd_ms = bwd.median_ms();
-              r.bwd_tflops = 2.5 * flops / r.bwd_ms / 1e9;
+              r.bwd_tflops = 2.5 * headline_flops(c.problem) / r.bwd_ms / 1e9;
               rec.number("bwd_ms", r.bwd_ms).number("bwd_tflops", r.bwd_tflops);
               std::fprintf(stderr, ", bwd %s ms (%.3f TFLOP/s)", fixed(r.bwd_ms, digits_for(r.bwd_ms)).c_str(),
                            r.bwd_tflops);
             } else if (backend == Backend::kCpuFlash1) {
               rec.text("bwd_error", s.message);  // expected: the FA1 schedule is forward-only
             } else {
-              r.failed = any_failed = true;
+              r.failed = true;
               rec.text("bwd_error", s.message);
               std::fprintf(stderr, ", backward error: %s", s.message.c_str());
             }
           }
+          any_failed = any_failed || r.failed;
           std::fprintf(stderr, "\n");
           out << rec.str() << "\n" << std::flush;
           results.push_back(r);
         }
+      ++seed;
     }
 
   const std::string md = table(results, grid.backends, with_backward);
+  const std::string machine = has_device ? cpu_model() + ", " + gpu::device_name() : cpu_model();
   std::printf("\ngrid %s, %d threads, TFLOP/s by the headline count (median ms in parentheses)\n\n%s",
               grid.name.c_str(), resolved_threads(threads), md.c_str());
-  std::ofstream(table_path) << "grid " << grid.name << ", " << cpu_model() << ", " << resolved_threads(threads)
+  std::ofstream(table_path) << "grid " << grid.name << ", " << machine << ", " << resolved_threads(threads)
                             << " threads, flashtile " << version() << ", " << today()
                             << "; TFLOP/s by the headline count (median ms in parentheses)\n\n" << md;
   std::printf("\nresults: %s (JSON lines), %s (this table)\n", out_path.c_str(), table_path.c_str());

@@ -1,6 +1,7 @@
 // `flashtile check`: a randomised correctness sweep. Each case draws a small problem (shapes, GQA ratio, mask,
 // softcap, scale, layout, dtype, peaked inputs) and runs it forward (and backward where the backend has one)
 // through verify::check: oracle, same-precision baseline, the TESTING.md rule, poisoned outputs, guard bands.
+// The CUDA backend gets device copies of the same buffers (verify::DeviceMirror) and problems in its range.
 #include <omp.h>
 #include <unistd.h>
 
@@ -12,6 +13,8 @@
 
 #include "cli_options.hpp"
 #include "commands.hpp"
+#include "gpu.hpp"
+#include "verify/device_mirror.hpp"
 
 namespace flashtile::tool {
 
@@ -39,17 +42,26 @@ double work(const verify::Problem& p) {
   return static_cast<double>(p.batch) * p.heads_q * p.seqlen_q * p.seqlen_k * (p.head_dim + p.head_dim_v);
 }
 
-verify::Problem draw_problem(std::mt19937_64& rng, int64_t max_seqlen) {
+// A problem for a backend on `device`. The CUDA kernels take a narrower range: fp16 and bf16, head dims
+// that are multiples of 8 up to 256, Dv = D.
+verify::Problem draw_problem(std::mt19937_64& rng, int64_t max_seqlen, Device device) {
   verify::Problem p;
   p.batch = pick<int64_t>(rng, {1, 1, 2, 3});
   p.seqlen_q = draw_seqlen(rng, max_seqlen);
   p.seqlen_k = chance(rng, 0.6) ? p.seqlen_q : draw_seqlen(rng, max_seqlen);  // Sq > Sk and Sq < Sk too
   p.heads_kv = pick<int64_t>(rng, {1, 2, 3});
   p.heads_q = p.heads_kv * pick<int64_t>(rng, {1, 1, 2, 3, 4, 8});  // MHA, GQA, and MQA when heads_kv = 1
-  const std::vector<int64_t> dims = {8, 16, 32, 64, 96, 128, 256};
-  p.head_dim = pick(rng, dims);
-  p.head_dim_v = chance(rng, 0.75) ? p.head_dim : pick(rng, dims);
-  p.dtype = pick<DType>(rng, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  if (device == Device::kCUDA) {
+    // Half the draws on the head dims the kernels are instantiated for by default, half padded up to one.
+    p.head_dim = chance(rng, 0.5) ? pick<int64_t>(rng, {64, 96, 128, 192, 256}) : 8 * uniform(rng, 1, 32);
+    p.head_dim_v = p.head_dim;
+    p.dtype = pick<DType>(rng, {DType::kFloat16, DType::kBFloat16});
+  } else {
+    const std::vector<int64_t> dims = {8, 16, 32, 64, 96, 128, 256};
+    p.head_dim = pick(rng, dims);
+    p.head_dim_v = chance(rng, 0.75) ? p.head_dim : pick(rng, dims);
+    p.dtype = pick<DType>(rng, {DType::kFloat32, DType::kFloat16, DType::kBFloat16});
+  }
 
   // Masks. With Sq > Sk a causal mask leaves the first rows without a visible key; narrow windows off the
   // diagonal do the same, and a window wider than both sequences must equal no mask.
@@ -67,6 +79,7 @@ verify::Problem draw_problem(std::mt19937_64& rng, int64_t max_seqlen) {
   }
   if (chance(rng, 0.2)) o.softcap = pick<float>(rng, {5.0f, 30.0f, 50.0f});
   if (chance(rng, 0.1)) o.softmax_scale = std::uniform_real_distribution<float>(0.05f, 0.5f)(rng);
+  // All three keep rows 16-byte aligned for any head dim that is a multiple of 8, as the CUDA kernels need.
   p.layout = pick<verify::Layout>(rng, {verify::Layout::kContiguous, verify::Layout::kContiguous,
                                          verify::Layout::kHeadsFirst, verify::Layout::kPadded});
   p.inputs = chance(rng, 0.3) ? verify::Inputs::kPeaked : verify::Inputs::kNormal;
@@ -89,15 +102,29 @@ std::string failures(const verify::CheckResult& r) {
   return s;
 }
 
-bool has_backward(Backend b) { return b != Backend::kCpuFlash1; }
+// cpu-flash1 is forward-only by design; the CUDA backward does not exist yet.
+bool has_backward(Backend b) { return b != Backend::kCpuFlash1 && !is_cuda(b); }
+
+// The CUDA selector's answer for case `seed` of p. It answers only for tensors really in device memory, so it is
+// asked with device copies of the case's buffers.
+Status cuda_selects(const verify::Problem& p, uint64_t seed, Backend backend) {
+  const verify::Case c = verify::Case::make(p, seed, false);
+  verify::DeviceMirror mirror;
+  ForwardParams f = c.forward_params(backend);
+  f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
+  f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
+  Backend chosen = Backend::kAuto;
+  return select_forward_backend(f, &chosen);
+}
 
 }  // namespace
 
 int check_command(const std::vector<std::string>& args) {
   int64_t cases = 50, max_seqlen = 300;
   int32_t threads = 0;
-  bool seed_given = false, verbose = false;
+  bool seed_given = false, verbose = false, backends_given = false;
   uint64_t seed = 0;
+  std::string device = "auto";
   std::vector<Backend> backends = {Backend::kCpuFlash2, Backend::kCpuFlash1, Backend::kCpuReference};
 
   OptionSet o("check",
@@ -105,6 +132,9 @@ int check_command(const std::vector<std::string>& args) {
               "8..256, GQA/MQA ratios, causal and window masks, softcap, scale, strided layouts, fp32/fp16/bf16,\n"
               "peaked inputs) and checks forward and backward (cpu-flash1: forward only) against the float64 oracle\n"
               "with TESTING.md's rule, including that every output is written and no guard band is touched.\n"
+              "With a GPU, cuda-sm80 joins: forward only (the CUDA backward does not exist yet), on device copies\n"
+              "of the same buffers, with problems in its range (fp16/bf16, head dims multiples of 8 up to 256,\n"
+              "Dv = D); problems its selector refuses are counted as skipped, with the reason.\n"
               "Case i of seed S is case 0 of seed S+i, so one failing case replays alone. Exit code 1 on failure.");
   o.add({"--cases", "-n", "N", "number of random problems [50]",
          [&](const std::string& v) { cases = parse_int("--cases", v, 1, 100000000); }});
@@ -112,29 +142,47 @@ int check_command(const std::vector<std::string>& args) {
            seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX / 1024));
            seed_given = true;
          }});
-  o.add({"--backend", "", "LIST", "comma-separated CPU backends [cpu-flash2,cpu-flash1,cpu-reference]",
+  o.add({"--device", "", "WHERE", "cpu | cuda | auto; cuda adds cuda-sm80 on GPU 0, auto = cuda when usable [auto]",
+         [&](const std::string& v) {
+           if (v != "cpu" && v != "cuda" && v != "auto")
+             throw UsageError("--device: '" + v + "' is not cpu, cuda or auto");
+           device = v;
+         }});
+  o.add({"--backend", "", "LIST",
+         "comma-separated backends [cpu-flash2,cpu-flash1,cpu-reference; cuda-sm80 too on --device cuda]",
          [&](const std::string& v) {
            backends.clear();
-           for (const std::string& name : split(v, ',')) {
-             const Backend b = parse_backend("--backend", name);
-             if (b == Backend::kCudaSm80 || b == Backend::kCudaSm90)
-               throw UsageError("--backend: check runs the CPU backends only (the oracle's tensors live in host memory)");
-             backends.push_back(b);
-           }
+           for (const std::string& name : split(v, ',')) backends.push_back(parse_backend("--backend", name));
            if (backends.empty()) throw UsageError("--backend: no backend given");
+           backends_given = true;
          }});
   o.add({"--max-seqlen", "", "N", "longest seqlen drawn [300]",
          [&](const std::string& v) { max_seqlen = parse_int("--max-seqlen", v, 1, 1 << 20); }});
   o.add({"--threads", "-t", "N", "CPU threads; 0 = all cores [0]",
          [&](const std::string& v) { threads = static_cast<int32_t>(parse_int("--threads", v, 0, 4096)); }});
   o.flag("--verbose", "-v", "one line per check, passed ones too", [&] { verbose = true; });
-  o.add_example("flashtile check", "50 cases on every CPU backend, seed from the clock");
+  o.add_example("flashtile check", "50 cases on every CPU backend (and cuda-sm80 with a GPU), seed from the clock");
   o.add_example("flashtile check --cases 500 --seed 7 --backend cpu-flash2", "a longer sweep of the FA2 schedule");
+  o.add_example("flashtile check --cases 200 --backend cuda-sm80", "the CUDA forward alone");
   o.add_example("flashtile check --seed 1041 --cases 1 -v", "replay the case a failure line named (seed 1041)");
   if (!o.parse(args)) {
     std::cout << o.help();
     return kExitOk;
   }
+
+  const auto first_cuda = std::find_if(backends.begin(), backends.end(), is_cuda);
+  const bool listed_cuda = first_cuda != backends.end();
+  if (device == "cpu" && listed_cuda) throw UsageError("--backend: the CUDA backends run with --device cuda or auto");
+  if (device == "cuda" && backends_given && !listed_cuda)
+    throw UsageError("--device cuda: --backend lists no CUDA backend (cuda-sm80)");
+  std::string why;
+  const bool gpu_usable = verify::cuda_available(&why);
+  if ((device == "cuda" || listed_cuda) && !gpu_usable) {
+    const std::string asked = listed_cuda ? std::string("--backend ") + backend_name(*first_cuda) : "--device cuda";
+    std::fprintf(stderr, "flashtile check: %s needs a usable CUDA GPU: %s\n", asked.c_str(), why.c_str());
+    return kExitFailed;
+  }
+  if (!backends_given && device != "cpu" && gpu_usable) backends.push_back(Backend::kCudaSm80);
 
   if (!seed_given)  // small enough to type back in
     seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007;
@@ -144,31 +192,52 @@ int check_command(const std::vector<std::string>& args) {
               static_cast<long long>(cases));
   for (Backend b : backends) std::printf(" %s (%s)", backend_name(b), has_backward(b) ? "fwd+bwd" : "fwd");
   std::printf(", %d threads\n", threads > 0 ? threads : omp_get_max_threads());
+  if (std::any_of(backends.begin(), backends.end(), is_cuda))
+    std::printf("CUDA backends on GPU 0 (%s): fp16/bf16, head dims multiples of 8 up to 256, Dv = D; backward "
+                "skipped (the CUDA backward does not exist yet)\n", gpu::device_name().c_str());
   std::fflush(stdout);
 
   const bool progress = !verbose && isatty(STDERR_FILENO);
   const auto start = std::chrono::steady_clock::now();
-  int64_t passed = 0, failed = 0;
+  int64_t passed = 0, failed = 0, skipped = 0;
   for (int64_t i = 0; i < cases; ++i) {
     const uint64_t case_seed = seed + static_cast<uint64_t>(i);
-    std::mt19937_64 rng(case_seed);
-    const verify::Problem p = draw_problem(rng, max_seqlen);
+    // Each device draws its problem from the case's seed, so a case replays alone on either.
+    const auto draw = [&](Device d) {
+      std::mt19937_64 rng(case_seed);
+      return draw_problem(rng, max_seqlen, d);
+    };
+    const verify::Problem host_problem = draw(Device::kCPU), cuda_problem = draw(Device::kCUDA);
     if (progress) std::fprintf(stderr, "\r[%lld/%lld]", static_cast<long long>(i + 1), static_cast<long long>(cases));
     for (Backend b : backends) {
-      const verify::CheckResult r = verify::check(p, case_seed, b, has_backward(b));
+      const Device d = is_cuda(b) ? Device::kCUDA : Device::kCPU;
+      const verify::Problem& p = d == Device::kCUDA ? cuda_problem : host_problem;
+      const auto report = [&](const char* verdict, const std::string& detail) {
+        if (progress) std::fprintf(stderr, "\r\x1b[K");
+        std::printf("%s seed %llu %s %s: %s%s%s\n", verdict, static_cast<unsigned long long>(case_seed),
+                    backend_name(b), has_backward(b) ? "fwd+bwd" : "fwd", p.describe().c_str(),
+                    detail.empty() ? "" : ": ", detail.c_str());
+        std::fflush(stdout);
+      };
+      if (d == Device::kCUDA) {
+        // kUnsupported: a valid call this backend cannot run, a gap in its coverage rather than a wrong answer.
+        if (const Status s = cuda_selects(p, case_seed, b); s.code == StatusCode::kUnsupported) {
+          ++skipped;
+          report("skip", s.message);
+          continue;
+        }
+      }
+      const verify::CheckResult r = verify::check(p, case_seed, b, has_backward(b), d);
       (r.pass() ? passed : failed) += 1;
       if (r.pass() && !verbose) continue;
-      if (progress) std::fprintf(stderr, "\r\x1b[K");
-      std::printf("%s seed %llu %s %s: %s%s%s\n", r.pass() ? "ok  " : "FAIL", static_cast<unsigned long long>(case_seed),
-                  backend_name(b), has_backward(b) ? "fwd+bwd" : "fwd", p.describe().c_str(), r.pass() ? "" : ": ",
-                  failures(r).c_str());
-      std::fflush(stdout);
+      report(r.pass() ? "ok  " : "FAIL", r.pass() ? "" : failures(r));
     }
   }
   if (progress) std::fprintf(stderr, "\r\x1b[K");
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%lld passed, %lld failed (%lld cases x %zu backends, seed %llu, %.1f s)\n", static_cast<long long>(passed),
-              static_cast<long long>(failed), static_cast<long long>(cases), backends.size(),
+  std::printf("%lld passed, %lld failed", static_cast<long long>(passed), static_cast<long long>(failed));
+  if (skipped) std::printf(", %lld skipped", static_cast<long long>(skipped));
+  std::printf(" (%lld cases x %zu backends, seed %llu, %.1f s)\n", static_cast<long long>(cases), backends.size(),
               static_cast<unsigned long long>(seed), seconds);
   if (failed)
     std::printf("replay a failure alone: flashtile check --seed <its seed> --cases 1 --backend <its backend> -v\n");

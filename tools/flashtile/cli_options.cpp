@@ -114,6 +114,8 @@ Backend parse_backend(const std::string& option, const std::string& text) {
                    "' is not a backend (auto, cpu-flash2, cpu-flash1, cpu-reference, cuda-sm80, cuda-sm90)");
 }
 
+bool is_cuda(Backend backend) { return backend == Backend::kCudaSm80 || backend == Backend::kCudaSm90; }
+
 std::vector<std::string> split(const std::string& text, char sep) {
   std::vector<std::string> out;
   if (text.empty()) return out;

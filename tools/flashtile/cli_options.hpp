@@ -61,6 +61,7 @@ int64_t parse_int(const std::string& option, const std::string& text, int64_t lo
 double parse_double(const std::string& option, const std::string& text, double lo, double hi);
 DType parse_dtype(const std::string& option, const std::string& text);         // fp32 | fp16 | bf16
 Backend parse_backend(const std::string& option, const std::string& text);     // auto | cpu-flash2 | ...
+bool is_cuda(Backend backend);                                                 // cuda-sm80, cuda-sm90
 std::vector<std::string> split(const std::string& text, char sep);             // "" gives no items
 const char* short_dtype_name(DType dtype);                                     // bf16, for compact lines
 

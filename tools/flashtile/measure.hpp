@@ -8,36 +8,41 @@
 #include <string>
 #include <vector>
 
-#include "device.hpp"
 #include "flashtile/flashtile.hpp"
+#include "verify/device_mirror.hpp"
 #include "verify/verify.hpp"
 
 namespace flashtile::tool {
 
-// The views one backend reads and writes for a verify::Case: the Case's own host buffers, or device copies.
+// One copy of a verify::Case's tensors, as one backend reads and writes them.
+struct InputSet {
+  ForwardParams fwd;
+  BackwardParams bwd;                            // filled when placed with_backward
+  std::shared_ptr<verify::DeviceMirror> mirror;  // owns the device copies; null on the host
+};
+
+// Where a verify::Case runs for one backend.
 struct Placement {
   Backend chosen = Backend::kAuto;  // select_forward_backend's answer for this placement
   bool on_device = false;
-  ForwardParams fwd;
-  BackwardParams bwd;                      // filled when placed with_backward
-  std::shared_ptr<device::Mirror> mirror;  // owns the device copies
+  // Timed calls take these in turn. On the host there is one, the Case's own buffers. On the device there are
+  // enough copies that no call finds its inputs still in L2 from an earlier call (BENCHMARKS.md); sets[0] is
+  // the one fetch_outputs() brings back.
+  std::vector<InputSet> sets;
 };
 
 // Places case `c` for `requested`:
 //   cpu-*   host views;
-//   cuda-*  device copies (a Status says why when the build or the machine has no CUDA);
+//   cuda-*  device copies on GPU 0 (a Status says why when the build or the machine has no CUDA);
 //   auto    the device when one is present and the selectors accept the call (and its backward, when
 //           with_backward) there, else the host; `note` says why the device was passed over.
 // The chosen backend is select_forward_backend's; a library refusal comes back as its Status.
 Status place(const verify::Case& c, Backend requested, int32_t threads, bool with_backward, Placement* out,
              std::string* note);
 
-// Device outputs back into the Case's host buffers, so the oracle can check them; nothing to do on the host.
-Status fetch_outputs(const Placement& placement, const verify::Case& c, bool with_backward);
-
-// `n` query rows for verify::check_rows, spread over positions, heads and batch entries; the first row of the
-// first head and the last row of the last head are always among them.
-std::vector<verify::RowSample> spread_rows(const verify::Problem& p, int64_t n);
+// The device buffers of sets[0], outputs included, back into the Case's host buffers, so the oracle can check
+// them; nothing to do on the host.
+Status fetch_outputs(const Placement& placement);
 
 // The thread count a CPU backend runs with for num_threads = requested (0: OpenMP's default, all cores).
 int32_t resolved_threads(int32_t requested);
@@ -57,9 +62,17 @@ struct Timing {
   double max_ms() const;
 };
 
-// One warm-up call, then `repeats` timed ones. Host calls are timed with steady_clock and their peak RSS is
-// read around each call; device calls are timed with CUDA events. Stops at the first failing call.
-Status time_calls(const std::function<Status()>& call, bool on_device, int repeats, Timing* out);
+// Timed calls after the warm-up when the command line does not say. Host calls take long enough for 5 to give
+// a steady median; GPU calls are short and vary with clocks and scheduling, and BENCHMARKS.md asks for the
+// median of many.
+constexpr int kHostRepeats = 5;
+constexpr int kDeviceRepeats = 20;
+
+// One warm-up call, then `repeats` timed ones, each on the placement's next input set. Host calls are timed
+// with steady_clock and their peak RSS is read around each call; device calls are timed with CUDA events
+// (gpu::time_calls). Stops at the first failing call.
+Status time_calls(const Placement& placement, const std::function<Status(const InputSet&)>& call, int repeats,
+                  Timing* out);
 
 // Makes peak-RSS readings honest for repeated calls; call once, before any large allocation. glibc serves
 // blocks below its mmap threshold (128 KiB, raised after the first large free) from heap pages that stay

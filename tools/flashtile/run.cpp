@@ -1,4 +1,5 @@
 // `flashtile run`: one representative problem on the best backend present, timed, measured and verified.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -60,7 +61,7 @@ void print_verdict(const verify::Verdict& v) {
 
 int run_command(const std::vector<std::string>& args) {
   ShapeOptions shape;
-  int64_t repeats = 5, verify_rows = 64;
+  int64_t repeats = -1, verify_rows = 64;  // repeats -1: kHostRepeats or kDeviceRepeats, where it runs
   uint64_t seed = 0;
   bool with_backward = false;
 
@@ -70,7 +71,7 @@ int run_command(const std::vector<std::string>& args) {
               "extra memory of a call, and verifies sampled output rows against the float64 oracle.\n"
               "Exit code 1 when verification fails or the library refuses the call, 2 for a bad command line.");
   shape.add_to(o);
-  o.add({"--repeats", "-r", "N", "timed calls after one warm-up; the median is reported [5]",
+  o.add({"--repeats", "-r", "N", "timed calls after one warm-up; the median is reported [5; 20 on a GPU]",
          [&](const std::string& v) { repeats = parse_int("--repeats", v, 1, 1000000); }});
   o.flag("--backward", "", "also time the backward (not verified at this size: `flashtile check` does that)",
          [&] { with_backward = true; });
@@ -110,11 +111,12 @@ int run_command(const std::vector<std::string>& args) {
   std::printf("  backend  %s (select_forward_backend's choice for --backend %s)", backend_name(pl.chosen),
               backend_name(shape.backend));
   if (!pl.on_device) std::printf(", threads %d", resolved_threads(shape.threads));
+  if (pl.sets.size() > 1) std::printf(", inputs rotated among %zu copies so that none is in L2", pl.sets.size());
   std::printf("%s%s\n", note.empty() ? "" : "; ", note.c_str());
   Backend backward_chosen = Backend::kAuto;
   if (with_backward) {
     // Asked before anything runs, so a backend without a backward (cpu-flash1) fails fast.
-    if (Status s = select_backward_backend(pl.bwd, &backward_chosen); !s.ok()) {
+    if (Status s = select_backward_backend(pl.sets[0].bwd, &backward_chosen); !s.ok()) {
       std::fprintf(stderr, "flashtile run: backward: %s\n", s.message.c_str());
       return kExitFailed;
     }
@@ -122,8 +124,10 @@ int run_command(const std::vector<std::string>& args) {
   }
   std::fflush(stdout);
 
+  if (repeats < 0) repeats = pl.on_device ? kDeviceRepeats : kHostRepeats;
   Timing fwd;
-  if (Status s = time_calls([&] { return forward(pl.fwd); }, pl.on_device, static_cast<int>(repeats), &fwd); !s.ok()) {
+  const auto forward_call = [](const InputSet& set) { return forward(set.fwd); };
+  if (Status s = time_calls(pl, forward_call, static_cast<int>(repeats), &fwd); !s.ok()) {
     std::fprintf(stderr, "flashtile run: forward: %s\n", s.message.c_str());
     return kExitFailed;
   }
@@ -133,11 +137,13 @@ int run_command(const std::vector<std::string>& args) {
   print_memory(fwd, " (includes starting the thread pool and BLAS buffers)");
   std::fflush(stdout);
 
-  if (Status s = fetch_outputs(pl, c, false); !s.ok()) {
+  if (Status s = fetch_outputs(pl); !s.ok()) {
     std::fprintf(stderr, "flashtile run: %s\n", s.message.c_str());
     return kExitFailed;
   }
-  const std::vector<verify::RowSample> rows = spread_rows(problem, verify_rows);
+  // sample_rows gives the first and last rows and `count` more.
+  const std::vector<verify::RowSample> rows =
+      verify::sample_rows(problem, static_cast<int>(std::max<int64_t>(verify_rows - 2, 0)), seed);
   const verify::CheckResult check = verify::check_rows(c, rows);
   std::printf("  verify   %s: %zu rows (first and last included) against the float64 oracle\n",
               check.pass() ? "PASS" : "FAIL", rows.size());
@@ -146,8 +152,8 @@ int run_command(const std::vector<std::string>& args) {
 
   if (with_backward) {
     Timing bwd;
-    if (Status s = time_calls([&] { return backward(pl.bwd); }, pl.on_device, static_cast<int>(repeats), &bwd);
-        !s.ok()) {
+    const auto backward_call = [](const InputSet& set) { return backward(set.bwd); };
+    if (Status s = time_calls(pl, backward_call, static_cast<int>(repeats), &bwd); !s.ok()) {
       std::fprintf(stderr, "flashtile run: backward: %s\n", s.message.c_str());
       return kExitFailed;
     }
