@@ -4,7 +4,9 @@
 #   2. the GPU tests, then compute-sanitizer (memcheck, racecheck, initcheck, synccheck) on a small subset;
 #   3. `flashtile run` on the best backend present, verified against the oracle;
 #   4. `flashtile bench --grid C` on all CPU cores (FA2 and FA1 schedules);
-#   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C.
+#   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
+#   6. grid A forward on the GPU (bf16, fp16) beside peers.py's grid A (PyTorch flash = FA2, cuDNN).
+#   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs).
 # Results land in $OUT (the device tool brings them back); copy them to bench/results/ with the date.
 # Prepared by scripts/device_prepare.sh; stages can be chosen: scripts/gpu_round.sh tests sanitize run benchC
 set -uo pipefail
@@ -13,18 +15,32 @@ out=${OUT:-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$PWD/build-device:$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 bin=build-device/tools/flashtile
-stages=${*:-tests sanitize run benchC}
+stages=${*:-tests sanitize run check ablation benchC benchA}
 status=0
 want() { [[ " $stages " == *" $1 "* ]]; }
 
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  lscpu | grep -E "Model name|^CPU\(s\)"; } > "$out/machine.txt" 2>&1
-cat "$out/machine.txt"
+  lscpu | grep -E "Model name|^CPU\(s\)|Flags"; } > "$out/machine.txt" 2>&1
+cut -c1-300 "$out/machine.txt"
+
+if want cpudiag; then
+  echo "== OpenBLAS on this CPU (one fp32 forward, S=2048, per kernel family)" | tee -a "$out/machine.txt"
+  for core in "" Haswell SkylakeX Cooperlake SapphireRapids; do
+    echo "-- OPENBLAS_CORETYPE=${core:-<detected>}"
+    OPENBLAS_VERBOSE=2 OPENBLAS_CORETYPE=$core timeout 60 $bin run -s 2048 --dtype fp32 --no-causal \
+      --backend cpu-flash2 2>&1 | grep -E "Core|core|forward|TFLOP" | head -4
+  done 2>&1 | tee -a "$out/machine.txt"
+fi
+
+if want tiles; then
+  echo "== sm80 forward tile configurations"
+  timeout 120 build-device/sm80_fwd_tiles | tee "$out/sm80-tiles.txt"
+fi
 
 if want tests; then
   echo "== GPU tests"
   for t in build-device/cuda_*_test; do
-    "$t" --gtest_brief=1 2>&1 | tee "$out/$(basename "$t").txt" | tail -15 || status=1
+    timeout 240 "$t" --gtest_brief=1 2>&1 | tee "$out/$(basename "$t").txt" | tail -15 || status=1
   done
 fi
 
@@ -37,16 +53,36 @@ if want sanitize; then
   done
 fi
 
+if want check; then
+  echo "== flashtile check --device cuda (randomised sweep against the oracle, CPU backends and the GPU)"
+  timeout 200 $bin check --cases 100 --seed 2026 --device cuda 2>&1 | grep -E "^FAIL|passed" | cut -c1-300 | tee "$out/check.txt"
+fi
+
+if want ablation; then
+  echo "== flashtile bench --ablation"
+  timeout 120 $bin bench --ablation --out "$out/flashtile-ablation.jsonl" 2>/dev/null | tail -18 || status=1
+fi
+
 if want run; then
   echo "== flashtile run"
   $bin run 2>&1 | tee "$out/run.txt" || status=1
 fi
 
-if want benchC; then
-  echo "== flashtile bench --grid C"
-  $bin bench --grid C --backward --out "$out/flashtile-grid-C.jsonl" 2> "$out/bench-progress.txt" | tail -25 || status=1
+if want benchC; then  # OPENBLAS_CORETYPE, when set by the caller, is recorded in the table below
+  echo "== flashtile bench --grid C (OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-<detected>})"
+  timeout 300 $bin bench --grid C --out "$out/flashtile-grid-C.jsonl" 2>/dev/null | tail -14 || status=1
   echo "== peers.py --grids C"
-  PYTHONUNBUFFERED=1 python3 .device/peers.py --grids C --out "$out" > "$out/peers-log.txt" 2>&1 || status=1
-  grep -E '"kind": "(gemm_bf16|copy|cpu)"' "$out/peers-log.txt" | cut -c1-200
+  PYTHONUNBUFFERED=1 python3 .device/peers.py --grids C --out "$out/peersC" > /dev/null 2>&1 || status=1
+  grep -E '"kind": "(gemm_bf16|copy|cpu)"' "$out/peersC/peers.jsonl" | cut -c1-200
 fi
+
+if want benchA; then
+  echo "== flashtile bench --grid A (GPU)"
+  timeout 300 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --repeats 20 --verify-rows 4 \
+    --out "$out/flashtile-grid-A.jsonl" 2>/dev/null | tail -75 || status=1
+  echo "== peers.py --grids A"
+  PYTHONUNBUFFERED=1 timeout 400 python3 .device/peers.py --grids A --out "$out/peersA" > /dev/null 2>&1 || status=1
+  grep -c attn "$out/peersA/peers.jsonl"
+fi
+rm -f "$out"/*.md  # the tables are printed above; the JSON lines are the record (8 files come back at most)
 exit $status

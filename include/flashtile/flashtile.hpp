@@ -109,5 +109,8 @@ const char* dtype_name(DType dtype);
 size_t dtype_size(DType dtype);
 bool cuda_backend_compiled();  // false when built with FLASHTILE_ENABLE_CUDA=OFF
 const char* version();
+// One line for benchmark records: version, the CPU GEMM library and the kernel family it picked for this CPU
+// (OpenBLAS chooses at load time; a virtual machine that hides its CPU model can get a slow generic one).
+std::string build_info();
 
 }  // namespace flashtile

@@ -5,6 +5,7 @@
 
 #include "api/validate.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/tile_ops.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 
 namespace flashtile {
@@ -143,5 +144,10 @@ size_t dtype_size(DType d) { return d == DType::kFloat32 ? 4 : 2; }
 bool cuda_backend_compiled() { return cuda::compiled(); }
 
 const char* version() { return FLASHTILE_VERSION; }
+
+std::string build_info() {
+  return std::string("flashtile ") + FLASHTILE_VERSION + "; CPU GEMM: " + cpu::blas_info() +
+         "; CUDA backend: " + (cuda::compiled() ? "built" : "not built");
+}
 
 }  // namespace flashtile

@@ -43,6 +43,7 @@ Tensor DeviceMirror::view(const HostTensor& t) {
 }
 
 bool DeviceMirror::copy_back(std::string* error) {
+  if (mirrors_.empty()) return true;  // nothing went to a device (a CPU run): no CUDA call at all
   if (cudaError_t err = cudaDeviceSynchronize(); err != cudaSuccess) {
     if (error) *error = std::string("CUDA error after the call: ") + cudaGetErrorString(err);
     return false;

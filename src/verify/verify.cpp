@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "backends/cpu/reference.hpp"
-#include "verify/device_mirror.hpp"
 #include "common/numeric.hpp"
 #include "common/problem.hpp"
+#include "verify/device_mirror.hpp"
 
 namespace flashtile::verify {
 
@@ -58,8 +58,8 @@ flashtile::Problem to_internal(const Problem& p, bool with_lse) {
   flashtile::Problem q;
   q.batch = p.batch, q.seqlen_q = p.seqlen_q, q.seqlen_k = p.seqlen_k, q.heads_q = p.heads_q;
   q.heads_kv = p.heads_kv, q.head_dim = p.head_dim, q.head_dim_v = p.head_dim_v, q.dtype = p.dtype;
-  q.scale = std::isnan(p.options.softmax_scale) ? 1.0f / std::sqrt(static_cast<float>(p.head_dim))
-                                                 : p.options.softmax_scale;
+  q.scale =
+      std::isnan(p.options.softmax_scale) ? 1.0f / std::sqrt(static_cast<float>(p.head_dim)) : p.options.softmax_scale;
   q.softcap = p.options.softcap;
   q.keys.seqlen_q = p.seqlen_q;
   q.keys.seqlen_k = p.seqlen_k;
@@ -72,7 +72,6 @@ flashtile::Problem to_internal(const Problem& p, bool with_lse) {
   q.with_lse = with_lse;
   return q;
 }
-
 
 // ---- the same-precision baseline -------------------------------------------------------------------------
 
@@ -166,7 +165,8 @@ std::vector<double> HostTensor::to_doubles() const {
 
 void HostTensor::fill_normal(std::mt19937_64& rng, float scale) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  for_each_index(shape_, [&](const std::vector<int64_t>& i) { store(offset(i.data(), i.size()), normal(rng) * scale); });
+  for_each_index(shape_,
+                 [&](const std::vector<int64_t>& i) { store(offset(i.data(), i.size()), normal(rng) * scale); });
 }
 
 void HostTensor::poison() {
@@ -189,7 +189,8 @@ bool HostTensor::guards_intact() const {
 
 int64_t HostTensor::unwritten() const {
   int64_t n = 0;
-  for_each_index(shape_, [&](const std::vector<int64_t>& i) { n += std::isnan(load(offset(i.data(), i.size()))) ? 1 : 0; });
+  for_each_index(shape_,
+                 [&](const std::vector<int64_t>& i) { n += std::isnan(load(offset(i.data(), i.size()))) ? 1 : 0; });
   return n;
 }
 
@@ -197,8 +198,8 @@ int64_t HostTensor::unwritten() const {
 
 std::string Problem::describe() const {
   std::ostringstream s;
-  s << "B" << batch << " Sq" << seqlen_q << " Sk" << seqlen_k << " H" << heads_q << "/" << heads_kv << " D"
-    << head_dim << "/" << head_dim_v << " " << dtype_name(dtype);
+  s << "B" << batch << " Sq" << seqlen_q << " Sk" << seqlen_k << " H" << heads_q << "/" << heads_kv << " D" << head_dim
+    << "/" << head_dim_v << " " << dtype_name(dtype);
   if (options.causal) s << " causal";
   if (options.window_left >= 0 || options.window_right >= 0)
     s << " window(" << options.window_left << "," << options.window_right << ")";
@@ -260,22 +261,31 @@ Reference oracle(const Case& c, bool with_backward) {
   Reference r;
   r.o.assign(pr.batch * pr.seqlen_q * pr.heads_q * pr.head_dim_v, 0.0);
   r.lse.assign(pr.batch * pr.heads_q * pr.seqlen_q, 0.0);
-  std::vector<double> scratch(std::max<int64_t>(pr.seqlen_k, 1));
   const Tensor q = c.q.view(), k = c.k.view(), v = c.v.view();
-  for (int64_t b = 0; b < pr.batch; ++b)
-    for (int64_t i = 0; i < pr.seqlen_q; ++i)
-      for (int64_t h = 0; h < pr.heads_q; ++h)
-        cpu::oracle::forward_row(q, k, v, p, b, h, i, &r.o[((b * pr.seqlen_q + i) * pr.heads_q + h) * pr.head_dim_v],
-                                 &r.lse[(b * pr.heads_q + h) * pr.seqlen_q + i], scratch.data());
+  // Rows are independent: spread them over the cores (the oracle is most of a GPU test's time).
+  const int64_t rows = pr.batch * pr.seqlen_q * pr.heads_q;
+#pragma omp parallel
+  {
+    std::vector<double> scratch(std::max<int64_t>(pr.seqlen_k, 1));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t t = 0; t < rows; ++t) {
+      const int64_t h = t % pr.heads_q, i = (t / pr.heads_q) % pr.seqlen_q, b = t / (pr.heads_q * pr.seqlen_q);
+      cpu::oracle::forward_row(q, k, v, p, b, h, i, &r.o[t * pr.head_dim_v],
+                               &r.lse[(b * pr.heads_q + h) * pr.seqlen_q + i], scratch.data());
+    }
+  }
   if (!with_backward) return r;
   r.dq.assign(pr.batch * pr.seqlen_q * pr.heads_q * pr.head_dim, 0.0);
   r.dk.assign(pr.batch * pr.seqlen_k * pr.heads_kv * pr.head_dim, 0.0);
   r.dv.assign(pr.batch * pr.seqlen_k * pr.heads_kv * pr.head_dim_v, 0.0);
   const int64_t g = p.group();
-  std::vector<double> dq(g * pr.seqlen_q * pr.head_dim), dk(pr.seqlen_k * pr.head_dim),
-      dv(pr.seqlen_k * pr.head_dim_v), s3(3 * std::max<int64_t>(pr.seqlen_k, 1));
-  for (int64_t b = 0; b < pr.batch; ++b)
-    for (int64_t hk = 0; hk < pr.heads_kv; ++hk) {
+#pragma omp parallel
+  {
+    std::vector<double> dq(g * pr.seqlen_q * pr.head_dim), dk(pr.seqlen_k * pr.head_dim),
+        dv(pr.seqlen_k * pr.head_dim_v), s3(3 * std::max<int64_t>(pr.seqlen_k, 1));
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < pr.batch * pr.heads_kv; ++t) {
+      const int64_t b = t / pr.heads_kv, hk = t % pr.heads_kv;
       cpu::oracle::backward_group(q, k, v, c.dout.view(), p, b, hk, dq.data(), dk.data(), dv.data(), s3.data());
       for (int64_t gi = 0; gi < g; ++gi)
         for (int64_t i = 0; i < pr.seqlen_q; ++i)
@@ -287,6 +297,7 @@ Reference oracle(const Case& c, bool with_backward) {
                     &r.dv[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * pr.head_dim_v]);
       }
     }
+  }
   return r;
 }
 
@@ -303,55 +314,63 @@ Reference baseline(const Case& c, bool with_backward) {
     r.dk.assign(pr.batch * pr.seqlen_k * pr.heads_kv * D, 0.0);
     r.dv.assign(pr.batch * pr.seqlen_k * pr.heads_kv * Dv, 0.0);
   }
-  std::vector<float> prob(std::max<int64_t>(pr.seqlen_k, 1)), th(prob.size()), dp(prob.size()), acc;
-  std::vector<float> dk_acc(pr.seqlen_k * D), dv_acc(pr.seqlen_k * Dv);
-  for (int64_t b = 0; b < pr.batch; ++b)
-    for (int64_t hk = 0; hk < pr.heads_kv; ++hk) {
-      std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
-      std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
-      for (int64_t h = hk * g; h < (hk + 1) * g; ++h)
-        for (int64_t i = 0; i < pr.seqlen_q; ++i) {
-          const int64_t lo = p.keys.lo(i), hi = p.keys.hi(i);
-          float lse = 0;
-          m.probs(b, h, i, prob, th, &lse);
-          r.lse[(b * pr.heads_q + h) * pr.seqlen_q + i] = lse;
-          for (int64_t d = 0; d < Dv; ++d) {
-            float o = 0;
-            for (int64_t j = lo; j <= hi; ++j) o += prob[j] * c.v.get({b, j, hk, d});
-            r.o[((b * pr.seqlen_q + i) * pr.heads_q + h) * Dv + d] = m.rd(o);
-          }
-          if (!with_backward || lo > hi) continue;
-          // A framework's backward differentiates its own softmax; a flash backward has only the forward's fp32
-          // LSE to rebuild P from, and fp32 holds |LSE| ~ 100 to ~4e-6. The baseline rebuilds P the same way,
-          // so for fp32 inputs it carries the rounding of the LSE that SPEC.md fixes as fp32 (for fp16/bf16
-          // the P it gets is the same after rounding to the dtype).
-          const float lse32 = static_cast<float>(r.lse[(b * pr.heads_q + h) * pr.seqlen_q + i]);
-          for (int64_t j = lo; j <= hi; ++j) prob[j] = m.rd(std::exp(m.score(b, h, i, j) - lse32));
-          float t = 0;
-          for (int64_t j = lo; j <= hi; ++j) {
-            dp[j] = m.rd(m.dot(c.dout, b, i, h, c.v, j, hk, Dv));
-            t += prob[j] * dp[j];
-          }
-          acc.assign(D, 0.0f);
-          for (int64_t j = lo; j <= hi; ++j) {
-            float ds = m.rd(prob[j] * (dp[j] - m.rd(t)));
-            if (p.softcap > 0) ds = m.rd(ds * (1.0f - th[j] * th[j]));
-            ds = m.rd(ds * p.scale);
-            for (int64_t d = 0; d < D; ++d) {
-              acc[d] += ds * c.k.get({b, j, hk, d});
-              dk_acc[j * D + d] += ds * c.q.get({b, i, h, d});
+  // Each (batch, K/V head) writes only its own rows and keys: spread them over the cores.
+#pragma omp parallel
+  {
+    std::vector<float> prob(std::max<int64_t>(pr.seqlen_k, 1)), th(prob.size()), dp(prob.size()), acc;
+    std::vector<float> dk_acc(pr.seqlen_k * D), dv_acc(pr.seqlen_k * Dv);
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < pr.batch * pr.heads_kv; ++t) {
+      const int64_t b = t / pr.heads_kv, hk = t % pr.heads_kv;
+      {
+        std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
+        std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+        for (int64_t h = hk * g; h < (hk + 1) * g; ++h)
+          for (int64_t i = 0; i < pr.seqlen_q; ++i) {
+            const int64_t lo = p.keys.lo(i), hi = p.keys.hi(i);
+            float lse = 0;
+            m.probs(b, h, i, prob, th, &lse);
+            r.lse[(b * pr.heads_q + h) * pr.seqlen_q + i] = lse;
+            for (int64_t d = 0; d < Dv; ++d) {
+              float o = 0;
+              for (int64_t j = lo; j <= hi; ++j) o += prob[j] * c.v.get({b, j, hk, d});
+              r.o[((b * pr.seqlen_q + i) * pr.heads_q + h) * Dv + d] = m.rd(o);
             }
-            for (int64_t d = 0; d < Dv; ++d) dv_acc[j * Dv + d] += prob[j] * c.dout.get({b, i, h, d});
+            if (!with_backward || lo > hi) continue;
+            // A framework's backward differentiates its own softmax; a flash backward has only the forward's fp32
+            // LSE to rebuild P from, and fp32 holds |LSE| ~ 100 to ~4e-6. The baseline rebuilds P the same way,
+            // so for fp32 inputs it carries the rounding of the LSE that SPEC.md fixes as fp32 (for fp16/bf16
+            // the P it gets is the same after rounding to the dtype).
+            const float lse32 = static_cast<float>(r.lse[(b * pr.heads_q + h) * pr.seqlen_q + i]);
+            for (int64_t j = lo; j <= hi; ++j) prob[j] = m.rd(std::exp(m.score(b, h, i, j) - lse32));
+            float t = 0;
+            for (int64_t j = lo; j <= hi; ++j) {
+              dp[j] = m.rd(m.dot(c.dout, b, i, h, c.v, j, hk, Dv));
+              t += prob[j] * dp[j];
+            }
+            acc.assign(D, 0.0f);
+            for (int64_t j = lo; j <= hi; ++j) {
+              float ds = m.rd(prob[j] * (dp[j] - m.rd(t)));
+              if (p.softcap > 0) ds = m.rd(ds * (1.0f - th[j] * th[j]));
+              ds = m.rd(ds * p.scale);
+              for (int64_t d = 0; d < D; ++d) {
+                acc[d] += ds * c.k.get({b, j, hk, d});
+                dk_acc[j * D + d] += ds * c.q.get({b, i, h, d});
+              }
+              for (int64_t d = 0; d < Dv; ++d) dv_acc[j * Dv + d] += prob[j] * c.dout.get({b, i, h, d});
+            }
+            for (int64_t d = 0; d < D; ++d) r.dq[((b * pr.seqlen_q + i) * pr.heads_q + h) * D + d] = m.rd(acc[d]);
           }
-          for (int64_t d = 0; d < D; ++d) r.dq[((b * pr.seqlen_q + i) * pr.heads_q + h) * D + d] = m.rd(acc[d]);
+        if (!with_backward) continue;
+        for (int64_t j = 0; j < pr.seqlen_k; ++j) {
+          for (int64_t d = 0; d < D; ++d)
+            r.dk[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * D + d] = m.rd(dk_acc[j * D + d]);
+          for (int64_t d = 0; d < Dv; ++d)
+            r.dv[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * Dv + d] = m.rd(dv_acc[j * Dv + d]);
         }
-      if (!with_backward) continue;
-      for (int64_t j = 0; j < pr.seqlen_k; ++j) {
-        for (int64_t d = 0; d < D; ++d) r.dk[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * D + d] = m.rd(dk_acc[j * D + d]);
-        for (int64_t d = 0; d < Dv; ++d)
-          r.dv[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * Dv + d] = m.rd(dv_acc[j * Dv + d]);
       }
     }
+  }
   return r;
 }
 

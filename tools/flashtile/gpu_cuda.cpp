@@ -37,31 +37,6 @@ class Events {
   std::vector<cudaEvent_t> events_;
 };
 
-// The kernel's view of a validated call: a copy of make_fwd_params in src/backends/cuda/cuda_backend.cpp,
-// which the library does not export. Keep the two alike until it does.
-cuda::FwdKernelParams kernel_params(const ForwardParams& params, const Problem& p, int block_m) {
-  cuda::FwdKernelParams k{};
-  k.q = params.q.data, k.k = params.k.data, k.v = params.v.data, k.o = params.out.data;
-  k.lse = p.with_lse ? static_cast<float*>(params.lse.data) : nullptr;
-  for (int d = 0; d < 3; ++d) {
-    k.q_stride[d] = params.q.stride[d], k.k_stride[d] = params.k.stride[d];
-    k.v_stride[d] = params.v.stride[d], k.o_stride[d] = params.out.stride[d];
-    k.lse_stride[d] = p.with_lse ? params.lse.stride[d] : 0;
-  }
-  k.batch = static_cast<int>(p.batch), k.heads_q = static_cast<int>(p.heads_q), k.group = static_cast<int>(p.group());
-  k.seqlen_q = static_cast<int>(p.seqlen_q), k.seqlen_k = static_cast<int>(p.seqlen_k);
-  k.head_dim = static_cast<int>(p.head_dim);
-  const int64_t unbounded = p.seqlen_q + p.seqlen_k;
-  k.key_offset = static_cast<int>(p.keys.offset);
-  k.window_left = static_cast<int>(p.keys.left < 0 ? unbounded : p.keys.left);
-  k.window_right = static_cast<int>(p.keys.right < 0 ? unbounded : p.keys.right);
-  constexpr float kLog2e = 1.4426950408889634f;
-  k.softcap = p.softcap;
-  k.scale_log2 = p.softcap > 0 ? kLog2e : p.scale * kLog2e;
-  k.scale_over_cap = p.softcap > 0 ? p.scale / p.softcap : 0.0f;
-  k.m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
-  return k;
-}
 
 }  // namespace
 
@@ -109,7 +84,7 @@ Status forward_variant(FwdVariant variant, const ForwardParams& params) {
     return unsupported("this build has no bf16 head-dim-128 kernels (FLASHTILE_CUDA_DTYPES, FLASHTILE_CUDA_HEAD_DIMS)");
   if (p.empty()) return {};
   const cudaStream_t stream = static_cast<cudaStream_t>(params.stream);
-  if (cudaError_t err = kernel.launch(kernel_params(params, p, kernel.block_m), stream); err != cudaSuccess)
+  if (cudaError_t err = kernel.launch(cuda::make_fwd_params(params, p, kernel.block_m), stream); err != cudaSuccess)
     return cuda_error("sm80 ablation kernel launch", err);
   return {};
 }

@@ -162,4 +162,10 @@ void accumulate_wt_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t 
   }
 }
 
+std::string blas_info() {
+  std::string config = openblas_get_config();
+  while (!config.empty() && config.back() == ' ') config.pop_back();
+  return config + ", core " + openblas_get_corename();
+}
+
 }  // namespace flashtile::cpu

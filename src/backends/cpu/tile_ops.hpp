@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "common/problem.hpp"
 
@@ -62,5 +63,8 @@ void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t d
 // The dV += P^T dO and dK += dS^T Q products.
 void accumulate_wt_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w,
                       const float* in, float* out);
+
+// "OpenBLAS 0.3.21 ... core SkylakeX": the library and the kernel family it chose for this CPU.
+std::string blas_info();
 
 }  // namespace flashtile::cpu

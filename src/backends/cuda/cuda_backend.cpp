@@ -5,6 +5,8 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -59,8 +61,33 @@ class DeviceGuard {
   int previous_ = 0;
 };
 
+// What selection needs to know of a device, read once per device: cudaGetDeviceProperties costs far more
+// than a short kernel, so it must not run on every call.
+struct DeviceInfo {
+  int major = 0, minor = 0;
+  int smem_optin = 0;  // bytes of shared memory a block may opt in to
+  std::string name;
+};
+
+Status device_info(int device, const DeviceInfo** info) {
+  static std::mutex mutex;
+  static std::map<int, DeviceInfo> cache;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(device);
+  if (it == cache.end()) {
+    cudaDeviceProp prop{};
+    if (cudaError_t err = cudaGetDeviceProperties(&prop, device); err != cudaSuccess)
+      return device_error("cudaGetDeviceProperties", err);
+    it = cache.emplace(device, DeviceInfo{prop.major, prop.minor, static_cast<int>(prop.sharedMemPerBlockOptin),
+                                          prop.name})
+             .first;
+  }
+  *info = &it->second;
+  return {};
+}
+
 // The device checks every CUDA call needs, whichever kernel runs it.
-Status check_device(const std::vector<Named>& tensors, int device, cudaDeviceProp* prop) {
+Status check_device(const std::vector<Named>& tensors, int device, const DeviceInfo** prop) {
   int count = 0;
   if (cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
     cudaGetLastError();
@@ -69,8 +96,7 @@ Status check_device(const std::vector<Named>& tensors, int device, cudaDevicePro
   if (device < 0 || device >= count)
     return invalid_argument("q: CUDA device index " + std::to_string(device) + " does not exist (" +
                             std::to_string(count) + " devices)");
-  if (cudaError_t err = cudaGetDeviceProperties(prop, device); err != cudaSuccess)
-    return device_error("cudaGetDeviceProperties", err);
+  if (Status s = device_info(device, prop); !s.ok()) return s;
   return check_device_pointers(tensors, device);
 }
 
@@ -93,7 +119,7 @@ Status check_alignment(const std::vector<Named>& tensors) {
 constexpr int64_t kMaxSeqlen = int64_t{1} << 29;  // keeps the kernels' int row/key arithmetic in range
 
 // The one place that decides whether the sm80 forward runs a call, and with which instantiation.
-Status select_sm80_forward(const Problem& p, const cudaDeviceProp& prop, sm80::FwdKernelInfo* kernel) {
+Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKernelInfo* kernel) {
   if (prop.major < 8)
     return unsupported("the CUDA kernels need compute capability 8.0 or newer; device " + std::string(prop.name) +
                        " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
@@ -110,10 +136,10 @@ Status select_sm80_forward(const Problem& p, const cudaDeviceProp& prop, sm80::F
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
                        ": this build has no kernel for it (see FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES)");
-  if (kernel->smem_bytes > static_cast<int>(prop.sharedMemPerBlockOptin))
+  if (kernel->smem_bytes > prop.smem_optin)
     return unsupported("head_dim " + std::to_string(kernel->head_dim) + " needs " +
                        std::to_string(kernel->smem_bytes / 1024) + " KB of shared memory per block; " + prop.name +
-                       " offers " + std::to_string(prop.sharedMemPerBlockOptin / 1024) + " KB");
+                       " offers " + std::to_string(prop.smem_optin / 1024) + " KB");
   return {};
 }
 
@@ -121,12 +147,12 @@ Status select_forward_kernel(const ForwardParams& params, const Problem& p, Back
                              sm80::FwdKernelInfo* kernel) {
   const std::vector<Named> tensors{{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"out", &params.out},
                                    {"lse", &params.lse}};
-  cudaDeviceProp prop{};
+  const DeviceInfo* prop = nullptr;
   if (Status s = check_device(tensors, params.q.device_index, &prop); !s.ok()) return s;
   if (Status s = check_alignment(tensors); !s.ok()) return s;
   if (params.backend == Backend::kCudaSm90)
     return unsupported("backend cuda-sm90: the Hopper kernels are not part of this version; use cuda-sm80 or auto");
-  if (Status s = select_sm80_forward(p, prop, kernel); !s.ok()) return s;
+  if (Status s = select_sm80_forward(p, *prop, kernel); !s.ok()) return s;
   *chosen = Backend::kCudaSm80;
   return {};
 }
@@ -141,7 +167,7 @@ Status select(const ForwardParams& params, const Problem& p, bool, Backend* chos
 }
 
 Status select(const BackwardParams& params, const Problem&, bool, Backend*) {
-  cudaDeviceProp prop{};
+  const DeviceInfo* prop = nullptr;
   if (Status s = check_device({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"out", &params.out},
                                {"lse", &params.lse}, {"dout", &params.dout}, {"dq", &params.dq},
                                {"dk", &params.dk}, {"dv", &params.dv}},
@@ -150,8 +176,6 @@ Status select(const BackwardParams& params, const Problem&, bool, Backend*) {
     return s;
   return unsupported("the CUDA backward is not part of this version of flashtile; pass CPU tensors");
 }
-
-namespace {
 
 FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& p, int block_m) {
   FwdKernelParams k{};
@@ -176,8 +200,6 @@ FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& p, i
   k.m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
   return k;
 }
-
-}  // namespace
 
 Status forward(const ForwardParams& params, const Problem& p, Backend) {
   sm80::FwdKernelInfo kernel;

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 
+#include "common/problem.hpp"
+
 namespace flashtile::cuda {
 
 struct FwdKernelParams {
@@ -23,5 +25,9 @@ struct FwdKernelParams {
   float scale_over_cap;   // softmax scale / softcap
   int m_blocks;           // query blocks per (batch, head)
 };
+
+// Resolves a validated call into kernel parameters for a kernel of `block_m` query rows per CTA
+// (cuda_backend.cpp; also used by the tool's ablation, which launches kernel variants directly).
+FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& problem, int block_m);
 
 }  // namespace flashtile::cuda

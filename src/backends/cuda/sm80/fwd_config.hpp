@@ -1,7 +1,8 @@
 // Tile sizes of the sm80 forward, one row per instantiated head dim. Each warp owns kMSlices slices of 16
 // query rows: two slices let every K/V fragment loaded from shared memory feed two MMAs, halving shared
 // memory traffic per FLOP, but the O accumulator costs kMSlices * kHeadDim / 2 registers per thread, so the
-// large head dims use one slice and twice the warps.
+// large head dims use one slice. kStages = 2 double-buffers K and V, so each tile's load is issued a whole
+// iteration before its use; the large head dims keep one stage to fit an A100's 163 KB (and an RTX's 99 KB).
 #pragma once
 
 namespace flashtile::cuda::sm80 {
@@ -9,25 +10,28 @@ namespace flashtile::cuda::sm80 {
 template <int kHeadDim_>
 struct FwdConfig;
 
-//                      kHeadDim  kBlockN  kNWarps  kMSlices        O regs/thread  smem (bf16)
-template <> struct FwdConfig<64>  { static constexpr int kBlockN = 128, kNWarps = 4, kMSlices = 2; };  //  64   54 KB
-template <> struct FwdConfig<96>  { static constexpr int kBlockN = 64,  kNWarps = 4, kMSlices = 2; };  //  96   52 KB
-template <> struct FwdConfig<128> { static constexpr int kBlockN = 64,  kNWarps = 4, kMSlices = 2; };  // 128   68 KB
-template <> struct FwdConfig<192> { static constexpr int kBlockN = 64,  kNWarps = 8, kMSlices = 1; };  //  96  100 KB
-template <> struct FwdConfig<256> { static constexpr int kBlockN = 64,  kNWarps = 8, kMSlices = 1; };  // 128  132 KB
+// Chosen by bench/kernels/sm80_fwd_tiles.cu on the H200 (docs/perf-log.md, 2026-11-29): at D=128 32 keys
+// per tile beat 64 by 5-10% (64 spilled 148 bytes on sm_90a), at D=256 four warps beat eight by 9%.
+//                      kHeadDim     kBlockN   kNWarps      kMSlices      kStages     O regs  smem (bf16)
+template <> struct FwdConfig<64>  { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 2; };  //  64   55 KB
+template <> struct FwdConfig<96>  { static constexpr int kBlockN = 32, kNWarps = 4, kMSlices = 2, kStages = 2; };  //  96   53 KB
+template <> struct FwdConfig<128> { static constexpr int kBlockN = 32, kNWarps = 4, kMSlices = 2, kStages = 2; };  // 128   68 KB
+template <> struct FwdConfig<192> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1; };  //  96   75 KB
+template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1; };  // 128   99 KB
 
-// Everything derived from a row of the table, with the checks that keep a new row honest.
-template <int kHeadDim_>
-struct FwdTraits : FwdConfig<kHeadDim_> {
-  using Config = FwdConfig<kHeadDim_>;
+// Everything derived from a row of the table, with the checks that keep a new row honest. Config defaults to
+// the table's row; bench/kernels/ passes others to measure alternatives.
+template <int kHeadDim_, typename Config = FwdConfig<kHeadDim_>>
+struct FwdTraits : Config {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kThreads = Config::kNWarps * 32;
   static constexpr int kBlockM = Config::kNWarps * Config::kMSlices * 16;
   static constexpr int kRowStride = kHeadDim + 8;  // padded by 16 bytes: ldmatrix rows land in distinct banks
-  static constexpr int kSmemBytes = (kBlockM + 2 * Config::kBlockN) * kRowStride * 2;
+  static constexpr int kSmemBytes = (kBlockM + 2 * Config::kStages * Config::kBlockN) * kRowStride * 2;
   static_assert(kHeadDim % 16 == 0, "the MMA k-step is 16: head dims are padded to a multiple of 16");
   static_assert(Config::kBlockN % 16 == 0, "P is fed to the PV MMA 16 keys at a time");
   static_assert(Config::kMSlices * kHeadDim / 2 <= 128, "the O accumulator would not fit in registers");
+  static_assert(Config::kStages == 1 || Config::kStages == 2, "K/V are single- or double-buffered");
 };
 
 }  // namespace flashtile::cuda::sm80

@@ -1,15 +1,16 @@
 // The sm80 forward kernel, FlashAttention-2 schedule (the seeds' v2):
 //   - one CTA per (query block of kBlockM rows, batch x head): parallel over the sequence length;
 //   - warps split Q (each owns kMSlices x 16 rows and every key), so a row's max and sum never leave its warp;
-//   - K/V tiles are the inner loop, double-buffered against compute with cp.async (K of the next tile loads
-//     during P V, V of this tile during Q K^T);
+//   - K/V tiles are the inner loop, loaded with cp.async while the tensor cores work: with kStages = 2 the
+//     next tile's K and V land in the second buffers during this tile's Q K^T and P V; with one stage, K of
+//     the next tile loads during P V and V of this tile during Q K^T;
 //   - the running max and sum stay in registers, O is rescaled only when the max moves, and the division by
 //     the sum happens once per row in the epilogue;
 //   - scores go to exp2 through one FMA with the softmax scale folded in (scale * log2 e);
 //   - tiles the mask hides entirely are never visited, and masking code runs only on tiles that need it.
 //
 // Shared memory (T = bf16 or fp16), rows padded to kRowStride elements:
-//   sQ (kBlockM x kHeadDim), sK (kBlockN x kHeadDim), sV (kBlockN x kHeadDim)
+//   sQ (kBlockM x kHeadDim), sK [kStages] (kBlockN x kHeadDim), sV [kStages] (kBlockN x kHeadDim)
 // Registers per thread: acc_o [kMSlices][kHeadDim/8][4] fp32, acc_s [kMSlices][kBlockN/8][4] fp32.
 #pragma once
 
@@ -40,11 +41,12 @@ template <typename Traits, typename T, bool kSoftcap, int kVariant>
 __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelParams p) {
   constexpr int kHeadDim = Traits::kHeadDim, kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
   constexpr int kMSlices = Traits::kMSlices, kNWarps = Traits::kNWarps, kStride = Traits::kRowStride;
+  constexpr int kStages = Traits::kStages, kTileElems = kBlockN * kStride;
   constexpr int kNB = kBlockN / 8, kDB = kHeadDim / 8;  // 8-column blocks of S and of O
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + kBlockM * kStride;
-  T* sV = sK + kBlockN * kStride;
+  T* sV = sK + kStages * kTileElems;
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group and column pair (ptx.cuh, mma_16x8x16)
@@ -83,14 +85,33 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
       load_rows_async<Traits, kBlockM>(sQ, q_head, p.q_stride[1], row0, p.seqlen_q, p.head_dim);
       load_rows_async<Traits, kBlockN>(sK, k_head, p.k_stride[1], n_first * kBlockN, p.seqlen_k, p.head_dim);
       cp_async_commit();
+      if constexpr (kStages == 2) {
+        load_rows_async<Traits, kBlockN>(sV, v_head, p.v_stride[1], n_first * kBlockN, p.seqlen_k, p.head_dim);
+        cp_async_commit();
+      }
     }
 
     for (int n_block = n_first; n_block <= n_last; ++n_block) {
       const int col0 = n_block * kBlockN;
-      cp_async_wait<0>();
-      __syncthreads();  // sK (and sQ) ready; every warp is done with sV of the previous tile
-      load_rows_async<Traits, kBlockN>(sV, v_head, p.v_stride[1], col0, p.seqlen_k, p.head_dim);
-      cp_async_commit();
+      // Copy groups in flight, oldest first. Two stages: [K(n), V(n)] on entry; K(n+1) is added and the
+      // wait leaves the newest two pending. One stage: [K(n)].
+      const int stage = kStages == 2 ? (n_block - n_first) & 1 : 0;
+      const T* sK_n = sK + stage * kTileElems;
+      const T* sV_n = sV + stage * kTileElems;
+      if constexpr (kStages == 2) {
+        if (n_block < n_last)  // the other buffer was last read by Q K^T of tile n - 1, before its barrier
+          load_rows_async<Traits, kBlockN>(sK + (stage ^ 1) * kTileElems, k_head, p.k_stride[1], col0 + kBlockN,
+                                           p.seqlen_k, p.head_dim);
+        cp_async_commit();  // possibly empty: keeps the group count the waits rely on
+        cp_async_wait<2>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();  // K(n) (and Q) visible to every warp; every warp is done with the V buffer it reuses
+      if constexpr (kStages == 1) {
+        load_rows_async<Traits, kBlockN>(sV, v_head, p.v_stride[1], col0, p.seqlen_k, p.head_dim);
+        cp_async_commit();
+      }
 
       // S = Q K^T for this warp's rows.
       float acc_s[kMSlices][kNB][4];
@@ -107,7 +128,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
 #pragma unroll
         for (int n2 = 0; n2 < kNB / 2; ++n2) {
           uint32_t kf[4];
-          ldmatrix_x4(kf, sK + (n2 * 16 + lane % 8 + (lane / 16) * 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
+          ldmatrix_x4(kf, sK_n + (n2 * 16 + lane % 8 + (lane / 16) * 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
 #pragma unroll
           for (int s = 0; s < kMSlices; ++s) {
             mma_16x8x16<T>(acc_s[s][2 * n2], qf[s], kf[0], kf[1]);
@@ -171,11 +192,21 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
           for (int d = 0; d < kDB; ++d) acc_o[s][d][2 * hr] *= o_scale, acc_o[s][d][2 * hr + 1] *= o_scale;
         }
 
-      cp_async_wait<0>();
-      __syncthreads();  // sV ready; every warp is done with sK
-      if (n_block < n_last) {
-        load_rows_async<Traits, kBlockN>(sK, k_head, p.k_stride[1], col0 + kBlockN, p.seqlen_k, p.head_dim);
+      if constexpr (kStages == 2) {
+        if (n_block < n_last)  // the other buffer was last read by P V of tile n - 1, before the barrier above
+          load_rows_async<Traits, kBlockN>(sV + (stage ^ 1) * kTileElems, v_head, p.v_stride[1], col0 + kBlockN,
+                                           p.seqlen_k, p.head_dim);
         cp_async_commit();
+        cp_async_wait<2>();
+      } else {
+        cp_async_wait<0>();
+      }
+      __syncthreads();  // V(n) visible to every warp; every warp is done with K(n)
+      if constexpr (kStages == 1) {
+        if (n_block < n_last) {
+          load_rows_async<Traits, kBlockN>(sK, k_head, p.k_stride[1], col0 + kBlockN, p.seqlen_k, p.head_dim);
+          cp_async_commit();
+        }
       }
 
       // O += P V, with P taken straight from the S accumulators (their layout is the A fragment's).
@@ -192,7 +223,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
 #pragma unroll
         for (int d2 = 0; d2 < kDB / 2; ++d2) {
           uint32_t vf[4];
-          ldmatrix_x4_trans(vf, sV + (kk * 16 + lane % 16) * kStride + d2 * 16 + (lane / 16) * 8);
+          ldmatrix_x4_trans(vf, sV_n + (kk * 16 + lane % 16) * kStride + d2 * 16 + (lane / 16) * 8);
 #pragma unroll
           for (int s = 0; s < kMSlices; ++s) {
             mma_16x8x16<T>(acc_o[s][2 * d2], pf[s], vf[0], vf[1]);
