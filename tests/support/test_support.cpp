@@ -171,4 +171,10 @@ verify::CheckResult check_case(const verify::Case& c, Backend backend, bool with
   return r;
 }
 
+void PrintTo(const SweepCase& c, std::ostream* os) { *os << replay(c.problem, seed_for(c.problem), c.backend); }
+
+int64_t oracle_work(const verify::Problem& p) {
+  return p.batch * p.heads_q * p.seqlen_q * p.seqlen_k * (p.head_dim + p.head_dim_v);
+}
+
 }  // namespace flashtile::test

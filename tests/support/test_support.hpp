@@ -48,6 +48,16 @@ uint64_t seed_for(const verify::Problem& problem);
 // "cpu-flash2 B1 Sq97 Sk97 ... seed 1234": everything a failure message needs to replay the case.
 std::string replay(const verify::Problem& problem, uint64_t seed, Backend backend);
 
+// One (problem, backend) pair of a parameterised sweep; GoogleTest prints it as its replay line.
+struct SweepCase {
+  verify::Problem problem;
+  Backend backend;
+};
+void PrintTo(const SweepCase& c, std::ostream* os);
+
+// Oracle work of one case, in multiply-adds: cpu-reference joins a sweep only where it stays well under a second.
+int64_t oracle_work(const verify::Problem& p);
+
 // "flash2", "flash1", "reference": a backend's name without the "cpu-" prefix, for test names.
 std::string backend_tag(Backend backend);
 

@@ -40,6 +40,9 @@ void online_softmax_step(int64_t rows, int64_t cols, float* s, float* m, float* 
   for (int64_t r = 0; r < rows; ++r) {
     float* row = s + r * cols;
     float mx = m[r];
+    // simd reductions: the compiler may reorder them (max is exact in any order; the sum's order only moves
+    // rounding), which lets it vectorise what would otherwise be a serial chain of dependent adds.
+#pragma omp simd reduction(max : mx)
     for (int64_t c = 0; c < cols; ++c) mx = std::max(mx, row[c]);
     const float m_new = mx;
     const float shift = m_new == kNegInf ? 0.0f : m_new;  // an all-masked row: avoid -inf - -inf
@@ -52,6 +55,7 @@ void online_softmax_step(int64_t rows, int64_t cols, float* s, float* m, float* 
   for (int64_t r = 0; r < rows; ++r) {
     const float* row = s + r * cols;
     float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
     for (int64_t c = 0; c < cols; ++c) sum += row[c];
     l[r] = l[r] * alpha[r] + sum;
   }

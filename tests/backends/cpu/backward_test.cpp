@@ -55,17 +55,6 @@ const std::vector<verify::Problem>& backward_cases() {
   return cases;
 }
 
-struct SweepCase {
-  verify::Problem problem;
-  Backend backend;
-};
-
-void PrintTo(const SweepCase& c, std::ostream* os) { *os << replay(c.problem, seed_for(c.problem), c.backend); }
-
-int64_t oracle_work(const verify::Problem& p) {
-  return p.batch * p.heads_q * p.seqlen_q * p.seqlen_k * (p.head_dim + p.head_dim_v);
-}
-
 std::vector<SweepCase> sweep() {
   std::vector<SweepCase> out;
   for (const verify::Problem& p : backward_cases()) {

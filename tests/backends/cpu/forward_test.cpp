@@ -63,18 +63,6 @@ const std::vector<verify::Problem>& forward_cases() {
   return cases;
 }
 
-struct SweepCase {
-  verify::Problem problem;
-  Backend backend;
-};
-
-void PrintTo(const SweepCase& c, std::ostream* os) { *os << replay(c.problem, seed_for(c.problem), c.backend); }
-
-// Oracle work of one case, in multiply-adds: cpu-reference runs only where it stays well under a second.
-int64_t oracle_work(const verify::Problem& p) {
-  return p.batch * p.heads_q * p.seqlen_q * p.seqlen_k * (p.head_dim + p.head_dim_v);
-}
-
 std::vector<SweepCase> sweep() {
   std::vector<SweepCase> out;
   for (const verify::Problem& p : forward_cases()) {
