@@ -41,6 +41,7 @@ template cudaError_t launch_fwd<${cpp_type_${dt}}, ${hd}, kV2>(const FwdKernelPa
 namespace flashtile::cuda::sm80 {
 template cudaError_t launch_fwd<__nv_bfloat16, 128, kRescaleEveryStep>(const FwdKernelParams&, cudaStream_t);
 template cudaError_t launch_fwd<__nv_bfloat16, 128, kSequentialQBlocks>(const FwdKernelParams&, cudaStream_t);
+template cudaError_t launch_fwd_fa1<__nv_bfloat16, 128>(const FwdKernelParams&, cudaStream_t);
 }  // namespace flashtile::cuda::sm80
 " @ONLY)
     list(APPEND sources ${file})
@@ -88,6 +89,15 @@ FwdKernelInfo find_fwd_ablation(bool rescale_every_step, bool sequential_q_block
   (void)rescale_every_step;
   (void)sequential_q_blocks;
   return {};
+}
+
+FwdKernelInfo find_fwd_fa1() {
+#if ${ablation}
+  using Traits = FwdTraits<128>;
+  return {&launch_fwd_fa1<__nv_bfloat16, 128>, 128, Traits::kBlockM, Traits::kSmemBytes};
+#else
+  return {};
+#endif
 }
 
 }  // namespace flashtile::cuda::sm80

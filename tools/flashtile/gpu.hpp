@@ -24,12 +24,13 @@ int64_t l2_bytes();
 // Stops at the first call that fails.
 Status time_calls(const std::function<Status(int)>& call, int count, std::vector<double>* ms);
 
-// The seeds' ablation: the sm80 v2 forward, and v2 with one of its changes undone. The library never
-// dispatches the variants, so the tool launches them itself (bf16, head dim 128 only).
+// The seeds' ablation: the sm80 v2 forward, v2 with one of its changes undone, and the FA1 schedule built from
+// the same pieces. The library never dispatches these, so the tool launches them itself (bf16, head dim 128).
 enum class FwdVariant {
   kV2,
   kRescaleEveryStep,   // FA1's per-step normalisation of O by the running sum
   kSequentialQBlocks,  // FA1's grid: one CTA per (batch, head) walks all its query blocks
+  kFlash1,             // FA1 itself: K/V outer loop, O/m/l rescaled through global memory every step
 };
 
 // Runs `variant` on params, whose tensors are on GPU 0 and already accepted by select_forward_backend for

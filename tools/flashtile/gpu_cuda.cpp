@@ -78,13 +78,34 @@ Status forward_variant(FwdVariant variant, const ForwardParams& params) {
   if (Status s = validate_forward(params, &p); !s.ok()) return s;
   if (p.dtype != DType::kBFloat16 || p.head_dim != 128 || p.head_dim_v != 128)
     return unsupported("the ablation kernels take bfloat16 with head_dim = head_dim_v = 128");
-  const cuda::sm80::FwdKernelInfo kernel = cuda::sm80::find_fwd_ablation(
-      variant == FwdVariant::kRescaleEveryStep, variant == FwdVariant::kSequentialQBlocks);
+  const cuda::sm80::FwdKernelInfo kernel =
+      variant == FwdVariant::kFlash1
+          ? cuda::sm80::find_fwd_fa1()
+          : cuda::sm80::find_fwd_ablation(variant == FwdVariant::kRescaleEveryStep,
+                                          variant == FwdVariant::kSequentialQBlocks);
   if (kernel.launch == nullptr)
     return unsupported("this build has no bf16 head-dim-128 kernels (FLASHTILE_CUDA_DTYPES, FLASHTILE_CUDA_HEAD_DIMS)");
   if (p.empty()) return {};
-  const cudaStream_t stream = static_cast<cudaStream_t>(params.stream);
-  if (cudaError_t err = kernel.launch(cuda::make_fwd_params(params, p, kernel.block_m), stream); err != cudaSuccess)
+  cuda::FwdKernelParams k = cuda::make_fwd_params(params, p, kernel.block_m);
+  if (variant == FwdVariant::kFlash1) {
+    // FA1's O, m and l in global memory. Kept between calls and only grown, so that no allocation (which
+    // synchronises the device) falls inside a timed call after the warm-up.
+    static float* state = nullptr;
+    static int64_t state_floats = 0;
+    const int64_t need = cuda::sm80::fwd_fa1_workspace_floats(p.batch, p.heads_q, p.seqlen_q, kernel.head_dim);
+    if (need > state_floats) {
+      cudaFree(state);
+      state = nullptr;
+      state_floats = 0;
+      if (cudaError_t err = cudaMalloc(&state, need * sizeof(float)); err != cudaSuccess)
+        return cuda_error("allocating the FA1 state", err);
+      state_floats = need;
+    }
+    k.fa1_o = state;
+    k.fa1_max = state + p.batch * p.heads_q * p.seqlen_q * kernel.head_dim;
+    k.fa1_sum = k.fa1_max + p.batch * p.heads_q * p.seqlen_q;
+  }
+  if (cudaError_t err = kernel.launch(k, static_cast<cudaStream_t>(params.stream)); err != cudaSuccess)
     return cuda_error("sm80 ablation kernel launch", err);
   return {};
 }

@@ -17,30 +17,15 @@
 #include <cmath>
 
 #include "backends/cuda/fwd_kernel_params.hpp"
-#include "backends/cuda/sm80/fwd_config.hpp"
 #include "backends/cuda/sm80/fwd_launch.hpp"
-#include "backends/cuda/sm80/ptx.cuh"
+#include "backends/cuda/sm80/fwd_tile.cuh"
 
 namespace flashtile::cuda::sm80 {
-
-// Copies rows [row0, row0 + kRows) of one head into shared memory; rows past `rows_valid` and columns past
-// `cols_valid` become zeros (so padded head dims and sequence ends contribute nothing).
-template <typename Traits, int kRows, typename T>
-__device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int64_t row_stride, int row0,
-                                                int rows_valid, int cols_valid) {
-  constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
-  for (int i = threadIdx.x; i < kRows * kChunks; i += Traits::kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    const bool valid = row0 + r < rows_valid && c * 8 < cols_valid;
-    const T* src = valid ? head_base + (row0 + r) * row_stride + c * 8 : head_base;
-    cp_async_16(smem + r * Traits::kRowStride + c * 8, src, valid ? 16 : 0);
-  }
-}
 
 template <typename Traits, typename T, bool kSoftcap, int kVariant>
 __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelParams p) {
   constexpr int kHeadDim = Traits::kHeadDim, kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
-  constexpr int kMSlices = Traits::kMSlices, kNWarps = Traits::kNWarps, kStride = Traits::kRowStride;
+  constexpr int kMSlices = Traits::kMSlices, kStride = Traits::kRowStride;
   constexpr int kStages = Traits::kStages, kTileElems = kBlockN * kStride;
   constexpr int kNB = kBlockN / 8, kDB = kHeadDim / 8;  // 8-column blocks of S and of O
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -48,7 +33,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
   T* sK = sQ + kBlockM * kStride;
   T* sV = sK + kStages * kTileElems;
 
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group and column pair (ptx.cuh, mma_16x8x16)
 
   // Heavy query blocks first: with a causal mask the last blocks see the most keys.
@@ -115,49 +100,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
 
       // S = Q K^T for this warp's rows.
       float acc_s[kMSlices][kNB][4];
-#pragma unroll
-      for (int s = 0; s < kMSlices; ++s)
-#pragma unroll
-        for (int n = 0; n < kNB; ++n) acc_s[s][n][0] = acc_s[s][n][1] = acc_s[s][n][2] = acc_s[s][n][3] = 0.0f;
-#pragma unroll
-      for (int ks = 0; ks < kHeadDim / 16; ++ks) {
-        uint32_t qf[kMSlices][4];
-#pragma unroll
-        for (int s = 0; s < kMSlices; ++s)
-          ldmatrix_x4(qf[s], sQ + ((s * kNWarps + warp) * 16 + lane % 16) * kStride + ks * 16 + (lane / 16) * 8);
-#pragma unroll
-        for (int n2 = 0; n2 < kNB / 2; ++n2) {
-          uint32_t kf[4];
-          ldmatrix_x4(kf, sK_n + (n2 * 16 + lane % 8 + (lane / 16) * 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
-#pragma unroll
-          for (int s = 0; s < kMSlices; ++s) {
-            mma_16x8x16<T>(acc_s[s][2 * n2], qf[s], kf[0], kf[1]);
-            mma_16x8x16<T>(acc_s[s][2 * n2 + 1], qf[s], kf[2], kf[3]);
-          }
-        }
-      }
+      tile_scores<Traits, T>(sQ, sK_n, acc_s);
 
-      // Softcap, then the mask on tiles that need it: some row of the block does not see some key of the tile.
-      const bool full_tile = row_last + p.key_offset - p.window_left <= col0 &&
-                             row0 + p.key_offset + p.window_right >= col0 + kBlockN - 1 &&
-                             col0 + kBlockN <= p.seqlen_k;
-#pragma unroll
-      for (int s = 0; s < kMSlices; ++s)
-#pragma unroll
-        for (int n = 0; n < kNB; ++n)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            float x = acc_s[s][n][e];
-            if (kSoftcap) x = p.softcap * tanhf(x * p.scale_over_cap);
-            if (!full_tile) {
-              const int row = row0 + (s * kNWarps + warp) * 16 + g + (e / 2) * 8;
-              const int col = col0 + n * 8 + 2 * t + e % 2;
-              const bool visible = col < p.seqlen_k && col >= row + p.key_offset - p.window_left &&
-                                   col <= row + p.key_offset + p.window_right;
-              x = visible ? x : -INFINITY;
-            }
-            acc_s[s][n][e] = x;
-          }
+      cap_and_mask<Traits, kSoftcap>(p, row0, row_last, col0, acc_s);
 
       // Online softmax. A row's 4 owners (lanes 4g..4g+3) agree on its max through two shuffles.
 #pragma unroll
@@ -167,8 +112,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
           float mx = row_max[s][hr];
 #pragma unroll
           for (int n = 0; n < kNB; ++n) mx = fmaxf(mx, fmaxf(acc_s[s][n][2 * hr], acc_s[s][n][2 * hr + 1]));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-          mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+          mx = quad_max(mx);
           const float shift = mx == -INFINITY ? 0.0f : mx * p.scale_log2;  // a row with no key yet
           const float alpha = exp2_approx(row_max[s][hr] * p.scale_log2 - shift);
           row_max[s][hr] = mx;
@@ -182,8 +126,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
               sum += pe;
             }
           if (kVariant & kRescaleEveryStep) {  // FA1 keeps full sums: reduce across the row's 4 owners now
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            sum = quad_sum(sum);
           }
           // FA1 stores O normalised, so it first multiplies back by the old sum; FA2 only rescales.
           const float o_scale = (kVariant & kRescaleEveryStep) ? alpha * row_sum[s][hr] : alpha;
@@ -210,27 +153,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
       }
 
       // O += P V, with P taken straight from the S accumulators (their layout is the A fragment's).
-#pragma unroll
-      for (int kk = 0; kk < kBlockN / 16; ++kk) {
-        uint32_t pf[kMSlices][4];
-#pragma unroll
-        for (int s = 0; s < kMSlices; ++s) {
-          pf[s][0] = pack2<T>(acc_s[s][2 * kk][0], acc_s[s][2 * kk][1]);
-          pf[s][1] = pack2<T>(acc_s[s][2 * kk][2], acc_s[s][2 * kk][3]);
-          pf[s][2] = pack2<T>(acc_s[s][2 * kk + 1][0], acc_s[s][2 * kk + 1][1]);
-          pf[s][3] = pack2<T>(acc_s[s][2 * kk + 1][2], acc_s[s][2 * kk + 1][3]);
-        }
-#pragma unroll
-        for (int d2 = 0; d2 < kDB / 2; ++d2) {
-          uint32_t vf[4];
-          ldmatrix_x4_trans(vf, sV_n + (kk * 16 + lane % 16) * kStride + d2 * 16 + (lane / 16) * 8);
-#pragma unroll
-          for (int s = 0; s < kMSlices; ++s) {
-            mma_16x8x16<T>(acc_o[s][2 * d2], pf[s], vf[0], vf[1]);
-            mma_16x8x16<T>(acc_o[s][2 * d2 + 1], pf[s], vf[2], vf[3]);
-          }
-        }
-      }
+      tile_accumulate_pv<Traits, T>(acc_s, sV_n, acc_o);
 
       if (kVariant & kRescaleEveryStep) {
         // FA1's per-step normalisation: O holds the normalised output after every tile.
@@ -253,12 +176,11 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
       for (int hr = 0; hr < 2; ++hr) {
         float l = row_sum[s][hr];
         if (!(kVariant & kRescaleEveryStep)) {  // FA2 kept per-thread partial sums
-          l += __shfl_xor_sync(0xffffffffu, l, 1);
-          l += __shfl_xor_sync(0xffffffffu, l, 2);
+          l = quad_sum(l);
         }
         const bool seen = row_max[s][hr] != -INFINITY;
         const float inv = !seen ? 0.0f : (kVariant & kRescaleEveryStep) ? 1.0f : 1.0f / l;
-        const int row = row0 + (s * kNWarps + warp) * 16 + g + hr * 8;
+        const int row = row0 + slice_row<Traits>(s) + g + hr * 8;
         if (row >= p.seqlen_q) continue;
         T* o_row = o_head + row * p.o_stride[1];
 #pragma unroll

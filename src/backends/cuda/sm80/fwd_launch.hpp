@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "backends/cuda/fwd_kernel_params.hpp"
 #include "flashtile/flashtile.hpp"
 
@@ -29,6 +31,11 @@ struct FwdKernelInfo {
   int smem_bytes = 0;
 };
 
+// The FlashAttention-1 schedule (fwd_fa1_kernel.cuh), for the ablation only; p.fa1_o / fa1_max / fa1_sum must
+// hold fwd_fa1_workspace_floats() floats between them.
+template <typename T, int kHeadDim>
+cudaError_t launch_fwd_fa1(const FwdKernelParams& params, cudaStream_t stream);
+
 // The smallest instantiated head dim >= head_dim for dtype (generated: fwd_registry.cu). launch is null when
 // this build has none (CMake FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES left it out).
 FwdKernelInfo find_fwd(DType dtype, int head_dim);
@@ -36,5 +43,12 @@ FwdKernelInfo find_fwd(DType dtype, int head_dim);
 // The seeds' ablation (bf16, head dim 128 only): v2 with FA1's per-step rescale, or without sequence
 // parallelism. null when this build left bf16 / 128 out.
 FwdKernelInfo find_fwd_ablation(bool rescale_every_step, bool sequential_q_blocks);
+
+// The FlashAttention-1 kernel of the same ablation (bf16, head dim 128), and the floats of global state it
+// needs: O (batch x heads x seqlen_q x head dim) plus the running max and sum (batch x heads x seqlen_q each).
+FwdKernelInfo find_fwd_fa1();
+inline int64_t fwd_fa1_workspace_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q, int head_dim) {
+  return batch * heads_q * seqlen_q * (head_dim + 2);
+}
 
 }  // namespace flashtile::cuda::sm80

@@ -1,0 +1,136 @@
+// The pieces both sm80 forward schedules are built from (fwd_kernel.cuh: FlashAttention-2;
+// fwd_fa1_kernel.cuh: FlashAttention-1): tile loads, the Q K^T product, softcap and mask, and the P V product.
+// Fragment layouts follow ptx.cuh (mma_16x8x16): with g = lane / 4 and t = lane % 4, a thread holds rows g and
+// g + 8 of each 16-row slice, and columns 2t, 2t + 1 of each 8-column block.
+//   acc_s [kMSlices][kBlockN / 8][4]  scores / probabilities of this warp's rows against one K/V tile
+//   acc_o [kMSlices][kHeadDim / 8][4] the output accumulator of the same rows
+#pragma once
+
+#include <cmath>
+
+#include "backends/cuda/fwd_kernel_params.hpp"
+#include "backends/cuda/sm80/fwd_config.hpp"
+#include "backends/cuda/sm80/ptx.cuh"
+
+namespace flashtile::cuda::sm80 {
+
+// Copies rows [row0, row0 + kRows) of one head into shared memory; rows past `rows_valid` and columns past
+// `cols_valid` become zeros (so padded head dims and sequence ends contribute nothing).
+template <typename Traits, int kRows, typename T>
+__device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int64_t row_stride, int row0,
+                                                int rows_valid, int cols_valid) {
+  constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
+  for (int i = threadIdx.x; i < kRows * kChunks; i += Traits::kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = row0 + r < rows_valid && c * 8 < cols_valid;
+    const T* src = valid ? head_base + (row0 + r) * row_stride + c * 8 : head_base;
+    cp_async_16(smem + r * Traits::kRowStride + c * 8, src, valid ? 16 : 0);
+  }
+}
+
+// First row of slice s of this warp, within the CTA's block of kBlockM rows.
+template <typename Traits>
+__device__ __forceinline__ int slice_row(int s) {
+  return (s * Traits::kNWarps + static_cast<int>(threadIdx.x / 32)) * 16;
+}
+
+// acc_s = Q K^T for this warp's rows: sQ (kBlockM x kHeadDim) against one K tile sK (kBlockN x kHeadDim).
+template <typename Traits, typename T>
+__device__ __forceinline__ void tile_scores(const T* sQ, const T* sK,
+                                            float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4]) {
+  constexpr int kMSlices = Traits::kMSlices, kNB = Traits::kBlockN / 8, kStride = Traits::kRowStride;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+    for (int n = 0; n < kNB; ++n) acc_s[s][n][0] = acc_s[s][n][1] = acc_s[s][n][2] = acc_s[s][n][3] = 0.0f;
+#pragma unroll
+  for (int ks = 0; ks < Traits::kHeadDim / 16; ++ks) {
+    uint32_t qf[kMSlices][4];
+#pragma unroll
+    for (int s = 0; s < kMSlices; ++s)
+      ldmatrix_x4(qf[s], sQ + (slice_row<Traits>(s) + lane % 16) * kStride + ks * 16 + (lane / 16) * 8);
+#pragma unroll
+    for (int n2 = 0; n2 < kNB / 2; ++n2) {
+      uint32_t kf[4];
+      ldmatrix_x4(kf, sK + (n2 * 16 + lane % 8 + (lane / 16) * 8) * kStride + ks * 16 + ((lane / 8) % 2) * 8);
+#pragma unroll
+      for (int s = 0; s < kMSlices; ++s) {
+        mma_16x8x16<T>(acc_s[s][2 * n2], qf[s], kf[0], kf[1]);
+        mma_16x8x16<T>(acc_s[s][2 * n2 + 1], qf[s], kf[2], kf[3]);
+      }
+    }
+  }
+}
+
+// Softcap, then the mask, on the scores of rows [row0, row0 + kBlockM) against keys [col0, col0 + kBlockN).
+// The mask code runs only when some row of the block (up to row_last, the last real row) does not see some
+// key of the tile; hidden scores become -inf.
+template <typename Traits, bool kSoftcap>
+__device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0, int row_last, int col0,
+                                             float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4]) {
+  constexpr int kBlockN = Traits::kBlockN;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const bool full_tile = row_last + p.key_offset - p.window_left <= col0 &&
+                         row0 + p.key_offset + p.window_right >= col0 + kBlockN - 1 && col0 + kBlockN <= p.seqlen_k;
+#pragma unroll
+  for (int s = 0; s < Traits::kMSlices; ++s)
+#pragma unroll
+    for (int n = 0; n < kBlockN / 8; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        float x = acc_s[s][n][e];
+        if (kSoftcap) x = p.softcap * tanhf(x * p.scale_over_cap);
+        if (!full_tile) {
+          const int row = row0 + slice_row<Traits>(s) + g + (e / 2) * 8;
+          const int col = col0 + n * 8 + 2 * t + e % 2;
+          const bool visible = col < p.seqlen_k && col >= row + p.key_offset - p.window_left &&
+                               col <= row + p.key_offset + p.window_right;
+          x = visible ? x : -INFINITY;
+        }
+        acc_s[s][n][e] = x;
+      }
+}
+
+// acc_o += P V: P from the probabilities in acc_s (their layout is the A fragment's), V from one tile sV
+// (kBlockN x kHeadDim, keys down the rows, so it is read through ldmatrix's transpose).
+template <typename Traits, typename T>
+__device__ __forceinline__ void tile_accumulate_pv(const float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4],
+                                                   const T* sV,
+                                                   float (&acc_o)[Traits::kMSlices][Traits::kHeadDim / 8][4]) {
+  constexpr int kMSlices = Traits::kMSlices, kStride = Traits::kRowStride;
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int kk = 0; kk < Traits::kBlockN / 16; ++kk) {
+    uint32_t pf[kMSlices][4];
+#pragma unroll
+    for (int s = 0; s < kMSlices; ++s) {
+      pf[s][0] = pack2<T>(acc_s[s][2 * kk][0], acc_s[s][2 * kk][1]);
+      pf[s][1] = pack2<T>(acc_s[s][2 * kk][2], acc_s[s][2 * kk][3]);
+      pf[s][2] = pack2<T>(acc_s[s][2 * kk + 1][0], acc_s[s][2 * kk + 1][1]);
+      pf[s][3] = pack2<T>(acc_s[s][2 * kk + 1][2], acc_s[s][2 * kk + 1][3]);
+    }
+#pragma unroll
+    for (int d2 = 0; d2 < Traits::kHeadDim / 16; ++d2) {
+      uint32_t vf[4];
+      ldmatrix_x4_trans(vf, sV + (kk * 16 + lane % 16) * kStride + d2 * 16 + (lane / 16) * 8);
+#pragma unroll
+      for (int s = 0; s < kMSlices; ++s) {
+        mma_16x8x16<T>(acc_o[s][2 * d2], pf[s], vf[0], vf[1]);
+        mma_16x8x16<T>(acc_o[s][2 * d2 + 1], pf[s], vf[2], vf[3]);
+      }
+    }
+  }
+}
+
+// Max and sum over the 4 threads (lanes 4g..4g+3) that share a fragment row.
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+}  // namespace flashtile::cuda::sm80
