@@ -1,7 +1,5 @@
 #include "backends/cpu/tile_ops.hpp"
 
-#include <cblas.h>
-
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -119,21 +117,9 @@ void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t
     }
 }
 
-void gemm_abt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-              int64_t ldc, bool accumulate) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<blasint>(m), static_cast<blasint>(n),
-              static_cast<blasint>(k), 1.0f, a, static_cast<blasint>(lda), b, static_cast<blasint>(ldb),
-              accumulate ? 1.0f : 0.0f, c, static_cast<blasint>(ldc));
-}
-
 void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w, const float* in,
                      float* out) {
-  if (mask.full) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<blasint>(rows), static_cast<blasint>(dim),
-                static_cast<blasint>(cols), 1.0f, w, static_cast<blasint>(cols), in, static_cast<blasint>(dim), 1.0f,
-                out, static_cast<blasint>(dim));
-    return;
-  }
+  if (mask.full) return gemm_ab_accumulate(rows, dim, cols, w, cols, in, dim, out, dim);
   for (int64_t r = 0; r < rows; ++r) {
     float* o = out + r * dim;
     for (int64_t c = mask.begin[r]; c < mask.end[r]; ++c) {
@@ -146,12 +132,7 @@ void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t d
 
 void accumulate_wt_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w,
                       const float* in, float* out) {
-  if (mask.full) {
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, static_cast<blasint>(cols), static_cast<blasint>(dim),
-                static_cast<blasint>(rows), 1.0f, w, static_cast<blasint>(cols), in, static_cast<blasint>(dim), 1.0f,
-                out, static_cast<blasint>(dim));
-    return;
-  }
+  if (mask.full) return gemm_atb_accumulate(cols, dim, rows, w, cols, in, dim, out, dim);
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = in + r * dim;
     for (int64_t c = mask.begin[r]; c < mask.end[r]; ++c) {
@@ -160,12 +141,6 @@ void accumulate_wt_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t 
       for (int64_t d = 0; d < dim; ++d) o[d] += wc * x[d];
     }
   }
-}
-
-std::string blas_info() {
-  std::string config = openblas_get_config();
-  while (!config.empty() && config.back() == ' ') config.pop_back();
-  return config + ", core " + openblas_get_corename();
 }
 
 }  // namespace flashtile::cpu

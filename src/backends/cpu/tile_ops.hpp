@@ -1,15 +1,15 @@
 // Building blocks of the CPU flash paths: dense fp32 tiles cut from strided BSHD tensors, the tile GEMMs,
 // masking, and a vectorised exp2. The forward (both schedules) and the backward are written from these.
 //
-// Why a BLAS for the tile products: the tile GEMMs are >95% of the FLOPs. OpenBLAS picks an AVX2/AVX-512
-// micro-kernel for the CPU it runs on at load time (one binary serves any x86-64), and with packing and
-// register blocking it ran a 64x128x128 tile 2.3x faster than -O3 -ffast-math loops (docs/perf-log.md). Everything else (softmax, masks,
+// Why a BLAS for the tile products: the tile GEMMs are >95% of the FLOPs, and OpenBLAS (gemm.hpp) ran a
+// 64x128x128 tile 2.3x faster than -O3 -ffast-math loops (docs/perf-log.md). Everything else (softmax, masks,
 // conversions) is O(tile) work per O(tile * head_dim) GEMM work and stays in plain loops.
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include "backends/cpu/gemm.hpp"
 #include "common/problem.hpp"
 
 namespace flashtile::cpu {
@@ -51,10 +51,6 @@ struct ScoreMap {
 void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, int64_t head_dim,
                 const float* q, const float* k, float* s);
 
-// C (m x n, ldc) (+)= A (m x k, lda) * B^T, with B (n x k, ldb). The S = Q K^T and dP = dO V^T products.
-void gemm_abt(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b, int64_t ldb, float* c,
-              int64_t ldc, bool accumulate);
-
 // out (rows x dim) += W (rows x cols) * in (cols x dim), counting only each row's visible columns.
 // The O += P V and dQ += dS K products.
 void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w, const float* in,
@@ -63,8 +59,5 @@ void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t d
 // The dV += P^T dO and dK += dS^T Q products.
 void accumulate_wt_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w,
                       const float* in, float* out);
-
-// "OpenBLAS 0.3.21 ... core SkylakeX": the library and the kernel family it chose for this CPU.
-std::string blas_info();
 
 }  // namespace flashtile::cpu
