@@ -1,0 +1,98 @@
+"""Array views for the C ABI: any DLPack array (numpy, CuPy, ...) or torch tensor becomes an ft_tensor, and
+outputs are allocated by the same library as the inputs, on the same device."""
+import ctypes
+import sys
+
+from . import _abi
+
+# DLPack (dlpack.h): the C structs a __dlpack__() capsule points to.
+_DL_FLOAT, _DL_BFLOAT = 2, 4
+_DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+_DTYPE_NAMES = {"float32": _abi.FT_F32, "float16": _abi.FT_F16, "bfloat16": _abi.FT_BF16}
+
+
+def _is_torch(x):
+    return type(x).__module__.startswith("torch")
+
+
+class View:
+    """An ft_tensor for `array`, keeping alive whatever the pointer depends on (a DLPack capsule)."""
+
+    def __init__(self, array, name):
+        self.array, self.name = array, name
+        self.tensor = _abi.Tensor()
+        if _is_torch(array):
+            self._from_torch(array)
+        else:
+            self._from_dlpack(array)
+
+    def _from_torch(self, t):
+        dtype = _DTYPE_NAMES.get(str(t.dtype).replace("torch.", ""))
+        if dtype is None:
+            raise TypeError(f"{self.name}: dtype {t.dtype} is not supported (float16, bfloat16, float32 on the CPU)")
+        if t.dim() > 4:
+            raise ValueError(f"{self.name}: expected at most 4 dims, got {t.dim()}")
+        self._fill(t.data_ptr(), dtype, _abi.FT_CUDA if t.is_cuda else _abi.FT_CPU,
+                   (t.device.index or 0) if t.is_cuda else 0, list(t.shape), list(t.stride()))
+
+    def _from_dlpack(self, a):
+        if not hasattr(a, "__dlpack__"):
+            raise TypeError(f"{self.name}: expected an array with __dlpack__ (numpy, CuPy, torch), got {type(a).__name__}")
+        self.capsule = a.__dlpack__()
+        dl = _DLTensor.from_address(_capsule_pointer(self.capsule, b"dltensor"))
+        if dl.dtype.lanes != 1 or (dl.dtype.code, dl.dtype.bits) not in ((_DL_FLOAT, 32), (_DL_FLOAT, 16), (_DL_BFLOAT, 16)):
+            raise TypeError(f"{self.name}: dtype (code {dl.dtype.code}, {dl.dtype.bits} bits) is not supported "
+                            "(float16, bfloat16, float32 on the CPU)")
+        dtype = {(_DL_FLOAT, 32): _abi.FT_F32, (_DL_FLOAT, 16): _abi.FT_F16, (_DL_BFLOAT, 16): _abi.FT_BF16}[
+            (dl.dtype.code, dl.dtype.bits)]
+        if dl.ndim > 4:
+            raise ValueError(f"{self.name}: expected at most 4 dims, got {dl.ndim}")
+        shape = [dl.shape[i] for i in range(dl.ndim)]
+        if dl.strides:
+            strides = [dl.strides[i] for i in range(dl.ndim)]
+        else:  # compact row-major
+            strides, step = [0] * dl.ndim, 1
+            for i in reversed(range(dl.ndim)):
+                strides[i], step = step, step * max(shape[i], 1)
+        kind = dl.device.device_type
+        device = _abi.FT_CPU if kind in (_DL_CPU, _DL_CUDA_HOST) else _abi.FT_CUDA
+        if kind not in (_DL_CPU, _DL_CUDA_HOST, _DL_CUDA, _DL_CUDA_MANAGED):
+            raise TypeError(f"{self.name}: DLPack device type {kind} is not supported (CPU or CUDA)")
+        self._fill((dl.data or 0) + dl.byte_offset, dtype, device, dl.device.device_id, shape, strides)
+
+    def _fill(self, ptr, dtype, device, index, shape, strides):
+        t = self.tensor
+        t.data, t.dtype, t.device, t.device_index, t.ndim = ptr or None, dtype, device, index, len(shape)
+        for i, (n, s) in enumerate(zip(shape, strides)):
+            t.shape[i], t.stride[i] = n, s
+
+
+def empty_like_library(ref, shape, dtype_name):
+    """A new array of `shape` from the library `ref` comes from, on ref's device; dtype 'same' or 'float32'."""
+    if _is_torch(ref):
+        import torch
+        return torch.empty(shape, dtype=ref.dtype if dtype_name == "same" else torch.float32, device=ref.device)
+    module = sys.modules[type(ref).__module__.split(".")[0]]
+    if not hasattr(module, "empty"):
+        raise TypeError(f"cannot allocate outputs like a {type(ref).__name__}: pass out= / lse= arrays")
+    return module.empty(shape, dtype=ref.dtype if dtype_name == "same" else "float32")

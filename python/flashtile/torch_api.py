@@ -1,0 +1,103 @@
+"""flash-attn 2.x's Python API over flashtile, for PyTorch: same names, arguments, defaults, shapes and returns.
+
+The two operations are registered with torch.library (flashtile::fwd, flashtile::bwd) with fake (meta)
+implementations, so torch.compile(fullgraph=True) traces through them, and autograd is attached to the forward
+op. Calls run on the current CUDA stream of the tensors' device, under that device's guard.
+"""
+import contextlib
+import math
+
+import torch
+
+from . import backward as _backward
+from . import forward as _forward
+
+
+def _device_guard(t):
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
+@torch.library.custom_op("flashtile::fwd", mutates_args=())
+def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool, window_left: int,
+         window_right: int, softcap: float, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    # `deterministic` is for the backward; the op takes it so that autograd's context can keep it.
+    with _device_guard(q):
+        return _forward(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
+                        softcap=softcap)
+
+
+@_fwd.register_fake
+def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic):
+    b, s, h, _ = q.shape
+    return q.new_empty((b, s, h, v.shape[-1])), q.new_empty((b, h, s), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashtile::bwd", mutates_args=())
+def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+         lse: torch.Tensor, softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
+         deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    with _device_guard(q):
+        return _backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
+                         window_size=(window_left, window_right), softcap=softcap, deterministic=deterministic)
+
+
+@_bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic):
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, ctx.softmax_scale, ctx.causal, ctx.window_left, ctx.window_right, ctx.softcap, ctx.deterministic = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse)
+
+
+def _fwd_backward(ctx, dout, dlse):
+    q, k, v, out, lse = ctx.saved_tensors
+    dq, dk, dv = _bwd(dout.contiguous() if dout.stride(-1) != 1 else dout, q, k, v, out, lse, ctx.softmax_scale,
+                      ctx.causal, ctx.window_left, ctx.window_right, ctx.softcap, ctx.deterministic)
+    return dq, dk, dv, None, None, None, None, None, None
+
+
+_fwd.register_autograd(_fwd_backward, setup_context=_setup_context)
+
+
+def _check_and_run(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
+                   return_attn_probs):
+    if dropout_p != 0.0:
+        raise NotImplementedError("flashtile: dropout_p > 0 is not supported yet (attention dropout)")
+    if alibi_slopes is not None:
+        raise NotImplementedError("flashtile: alibi_slopes is not supported yet")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dim() != 4:
+            raise ValueError(f"{name}: expected (batch, seqlen, heads, head_dim), got shape {tuple(t.shape)}")
+        if t.device != q.device:
+            raise ValueError(f"{name}: on {t.device}, but q is on {q.device}")
+    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
+    left, right = (int(w) for w in window_size)
+    out, lse = _fwd(q, k, v, scale, bool(causal), left, right, float(softcap), bool(deterministic))
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """q (batch, seqlen_q, heads, head_dim), k/v (batch, seqlen_k, heads_kv, head_dim): out like q. With
+    return_attn_probs, returns (out, softmax_lse, None) as flash-attn does when dropout is off."""
+    return _check_and_run(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                          deterministic, return_attn_probs)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """qkv (batch, seqlen, 3, heads, head_dim)."""
+    return _check_and_run(qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2], dropout_p, softmax_scale, causal, window_size,
+                          softcap, alibi_slopes, deterministic, return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """q (batch, seqlen_q, heads, head_dim), kv (batch, seqlen_k, 2, heads_kv, head_dim)."""
+    return _check_and_run(q, kv[:, :, 0], kv[:, :, 1], dropout_p, softmax_scale, causal, window_size, softcap,
+                          alibi_slopes, deterministic, return_attn_probs)

@@ -1,0 +1,74 @@
+"""The framework-neutral layer on numpy arrays (CPU backend) against a float64 oracle."""
+import numpy as np
+import pytest
+
+import flashtile
+from reference import attention
+
+CASES = [  # (batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim, causal, window, softcap)
+    (1, 1, 1, 1, 1, 8, False, (-1, -1), 0.0),
+    (2, 17, 17, 4, 2, 32, True, (-1, -1), 0.0),
+    (1, 129, 97, 3, 1, 64, False, (20, 5), 0.0),
+    (2, 97, 129, 4, 4, 16, True, (-1, -1), 30.0),
+    (1, 300, 40, 2, 2, 64, True, (-1, -1), 0.0),  # rows with no visible key
+]
+
+
+def tolerance(dtype):
+    return {np.float32: 2e-5, np.float16: 2e-2}[dtype]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+@pytest.mark.parametrize("case", CASES, ids=lambda c: "B{}_Sq{}_Sk{}_H{}-{}_D{}{}".format(*c[:6], "_causal" if c[6] else ""))
+def test_forward_backward_match_oracle(case, dtype):
+    b, sq, sk, hq, hk, d, causal, window, softcap = case
+    rng = np.random.default_rng(sum(case[:6]))
+    q = rng.standard_normal((b, sq, hq, d)).astype(dtype)
+    k = rng.standard_normal((b, sk, hk, d)).astype(dtype)
+    v = rng.standard_normal((b, sk, hk, d)).astype(dtype)
+    dout = rng.standard_normal((b, sq, hq, d)).astype(dtype)
+    (o_ref, lse_ref), (dq_ref, dk_ref, dv_ref) = attention(q, k, v, dout, causal=causal, window=window,
+                                                          softcap=softcap)
+    out, lse = flashtile.forward(q, k, v, causal=causal, window_size=window, softcap=softcap)
+    assert out.dtype == dtype and out.shape == q.shape and lse.shape == (b, hq, sq) and lse.dtype == np.float32
+    tol = tolerance(dtype)
+    np.testing.assert_allclose(out, o_ref, atol=tol, rtol=tol)
+    np.testing.assert_allclose(lse, lse_ref, atol=1e-3, rtol=1e-4)  # -inf rows compare equal
+    dq, dk, dv = flashtile.backward(dout, q, k, v, out, lse, causal=causal, window_size=window, softcap=softcap)
+    for got, want in ((dq, dq_ref), (dk, dk_ref), (dv, dv_ref)):
+        assert got.dtype == dtype and np.isfinite(got).all()
+        np.testing.assert_allclose(got, want, atol=5 * tol * max(1.0, np.abs(want).max()), rtol=5 * tol)
+
+
+def test_strided_views_and_given_outputs():
+    rng = np.random.default_rng(7)
+    qkv = rng.standard_normal((2, 33, 3, 4, 32)).astype(np.float32)  # packed, so every view is strided
+    q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+    out = np.full((2, 33, 4, 32), np.nan, dtype=np.float32)
+    lse = np.full((2, 4, 33), np.nan, dtype=np.float32)
+    got, got_lse = flashtile.forward(q, k, v, causal=True, out=out, lse=lse)
+    assert got is out and got_lse is lse
+    want, want_lse = attention(q, k, v, causal=True)
+    np.testing.assert_allclose(out, want, atol=2e-5)
+    np.testing.assert_allclose(lse, want_lse, atol=1e-4)
+
+
+def test_bad_input_raises_and_writes_nothing():
+    q = np.ones((1, 8, 3, 16), dtype=np.float32)
+    k = np.ones((1, 8, 2, 16), dtype=np.float32)  # 3 query heads are not a multiple of 2
+    out = np.full((1, 8, 3, 16), np.nan, dtype=np.float32)
+    with pytest.raises(flashtile.FlashtileError, match="heads_q") as err:
+        flashtile.forward(q, k, k, out=out)
+    assert err.value.status == "invalid argument"
+    assert np.isnan(out).all()
+    with pytest.raises(ValueError, match="backend"):
+        flashtile.forward(q, q, q, backend="gpu-magic")
+    with pytest.raises(TypeError, match="dtype"):
+        flashtile.forward(q.astype(np.float64), q.astype(np.float64), q.astype(np.float64))
+
+
+def test_empty_and_version():
+    q = np.zeros((0, 4, 2, 8), dtype=np.float32)
+    out, lse = flashtile.forward(q, q, q)
+    assert out.shape == (0, 4, 2, 8) and lse.shape == (0, 2, 4)
+    assert flashtile.__version__.count(".") == 2
