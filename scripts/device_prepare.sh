@@ -4,12 +4,20 @@
 #                  libflashtile.so, which the tool and the tests share (one copy keeps the carry under 64 MiB),
 #                  kernels for sm_90a only (the H200)
 #   .device/       what else travels: peers.py from ../shared/bench, and libgomp
-# Then call the device tool with carry [build-device, .device] and run scripts/gpu_round.sh.
+# Then call the device tool with carry [build-device/libflashtile.so.0.1.0, build-device/libflashtile.so.0,
+# build-device/tools/flashtile, build-device/cuda_forward_test, build-device/cuda_backward_test, .device]
+# and run scripts/gpu_round.sh.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh build-device -DFLASHTILE_STATIC_BLAS=ON -DFLASHTILE_ENABLE_CUDA=ON -DFLASHTILE_CUDA_ARCHS=90a \
+scripts/setup.sh build-device -DFLASHTILE_STATIC_BLAS=ON -DFLASHTILE_ENABLE_CUDA=ON -DFLASHTILE_CUDA_BACKWARD=ON -DFLASHTILE_CUDA_ARCHS=90a \
   -DFLASHTILE_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=ON "$@"
+# The GPU test binaries (tests/backends/cuda), linked against the library above.
+for t in forward backward; do
+  g++ -std=c++20 -O2 -fopenmp "tests/backends/cuda/${t}_test.cpp" -Isrc -Iinclude build-device/libflashtile_verify.a \
+    -Lbuild-device -lflashtile -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lgtest -lgtest_main -lpthread \
+    -o "build-device/cuda_${t}_test"
+done
 mkdir -p .device/lib
 cp ../shared/bench/peers.py .device/peers.py
 cp "$(g++ -print-file-name=libgomp.so.1)" .device/lib/
-du -sh build-device/libflashtile.so* build-device/tools/flashtile .device
+du -shL build-device/libflashtile.so.0.1.0 build-device/tools/flashtile build-device/cuda_*_test .device

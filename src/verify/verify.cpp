@@ -535,6 +535,21 @@ Status run_forward(Case& c, Backend backend, Device device) {
   return s;
 }
 
+Status run_forward_backward(Case& c, Backend backend, Device device) {
+  DeviceMirror mirror;
+  auto on = [&](const HostTensor& t) { return device == Device::kCUDA ? mirror.view(t) : t.view(); };
+  ForwardParams f = c.forward_params(backend);
+  f.q = on(c.q), f.k = on(c.k), f.v = on(c.v), f.out = on(c.out), f.lse = on(c.lse);
+  if (Status s = forward(f); !s.ok()) return s;
+  BackwardParams b = c.backward_params(backend);
+  b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = f.lse, b.dout = on(c.dout);
+  b.dq = on(c.dq), b.dk = on(c.dk), b.dv = on(c.dv);
+  if (Status s = flashtile::backward(b); !s.ok()) return s;
+  std::string error;
+  if (!mirror.copy_back(&error)) return {StatusCode::kDeviceError, error};
+  return {};
+}
+
 std::vector<RowSample> sample_rows(const Problem& p, int count, uint64_t seed) {
   std::vector<RowSample> rows;
   if (p.batch == 0 || p.heads_q == 0 || p.seqlen_q == 0) return rows;

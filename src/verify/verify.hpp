@@ -144,6 +144,8 @@ CheckResult check_rows(const Case& c, const std::vector<RowSample>& samples);
 // Runs forward on `device` for a case whose outputs are then read back into c (used by the `run` command
 // and the large-shape GPU tests, which check sampled rows afterwards).
 Status run_forward(Case& c, Backend backend, Device device);
+// Forward, then backward from that forward's out and lse, on `device`; outputs and gradients read back into c.
+Status run_forward_backward(Case& c, Backend backend, Device device);
 // Rows spread over a problem: the first and last rows, and `count` more spread over batch, heads, positions.
 std::vector<RowSample> sample_rows(const Problem& p, int count, uint64_t seed);
 

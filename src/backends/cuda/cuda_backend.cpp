@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "api/validate.hpp"
+#include "backends/cuda/bwd_kernel_params.hpp"
 #include "backends/cuda/sm80/fwd_launch.hpp"
 
 namespace flashtile::cuda {
@@ -118,29 +119,53 @@ Status check_alignment(const std::vector<Named>& tensors) {
 
 constexpr int64_t kMaxSeqlen = int64_t{1} << 29;  // keeps the kernels' int row/key arithmetic in range
 
-// The one place that decides whether the sm80 forward runs a call, and with which instantiation.
-Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKernelInfo* kernel) {
+// What every sm80 kernel needs of a call, forward or backward.
+Status check_sm80_problem(const Problem& p, const DeviceInfo& prop, const char* pass) {
   if (prop.major < 8)
-    return unsupported("the CUDA kernels need compute capability 8.0 or newer; device " + std::string(prop.name) +
-                       " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
+    return unsupported("the CUDA kernels need compute capability 8.0 or newer; device " + prop.name + " is " +
+                       std::to_string(prop.major) + "." + std::to_string(prop.minor));
   if (p.dtype != DType::kFloat16 && p.dtype != DType::kBFloat16)
     return unsupported(std::string("dtype ") + dtype_name(p.dtype) + ": the CUDA kernels take float16 or bfloat16");
-  if (p.head_dim % 8 != 0 || p.head_dim > 256)
-    return unsupported("head_dim " + std::to_string(p.head_dim) + ": the CUDA forward needs a multiple of 8, at most 256");
   if (p.head_dim_v != p.head_dim)
     return unsupported("head_dim_v " + std::to_string(p.head_dim_v) + " != head_dim " + std::to_string(p.head_dim) +
-                       ": the CUDA forward needs equal head dims");
+                       ": the CUDA " + pass + " needs equal head dims");
   if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen)
-    return unsupported("seqlen: the CUDA forward supports sequences up to 2^29");
+    return unsupported(std::string("seqlen: the CUDA ") + pass + " supports sequences up to 2^29");
+  return {};
+}
+
+Status check_smem(int needed, int head_dim, const DeviceInfo& prop) {
+  if (needed > prop.smem_optin)
+    return unsupported("head_dim " + std::to_string(head_dim) + " needs " + std::to_string(needed / 1024) +
+                       " KB of shared memory per block; " + prop.name + " offers " +
+                       std::to_string(prop.smem_optin / 1024) + " KB");
+  return {};
+}
+
+// The one place that decides whether the sm80 forward runs a call, and with which instantiation.
+Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKernelInfo* kernel) {
+  if (Status s = check_sm80_problem(p, prop, "forward"); !s.ok()) return s;
+  if (p.head_dim % 8 != 0 || p.head_dim > 256)
+    return unsupported("head_dim " + std::to_string(p.head_dim) + ": the CUDA forward needs a multiple of 8, at most 256");
   *kernel = sm80::find_fwd(p.dtype, static_cast<int>(p.head_dim));
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
                        ": this build has no kernel for it (see FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES)");
-  if (kernel->smem_bytes > prop.smem_optin)
-    return unsupported("head_dim " + std::to_string(kernel->head_dim) + " needs " +
-                       std::to_string(kernel->smem_bytes / 1024) + " KB of shared memory per block; " + prop.name +
-                       " offers " + std::to_string(prop.smem_optin / 1024) + " KB");
-  return {};
+  return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
+}
+
+// The same for the backward.
+Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdKernelInfo* kernel) {
+  if (Status s = check_sm80_problem(p, prop, "backward"); !s.ok()) return s;
+  if (p.head_dim % 8 != 0 || p.head_dim > 128)
+    return unsupported("head_dim " + std::to_string(p.head_dim) +
+                       ": the CUDA backward needs a multiple of 8, at most 128 (larger head dims: pass CPU tensors)");
+  *kernel = sm80::find_bwd(p.dtype, static_cast<int>(p.head_dim));
+  if (kernel->launch == nullptr)
+    return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
+                       ": this build has no CUDA backward kernel for it (the sm80 backward is built with "
+                       "-DFLASHTILE_CUDA_BACKWARD=ON; see also FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES)");
+  return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
 Status select_forward_kernel(const ForwardParams& params, const Problem& p, Backend* chosen,
@@ -166,15 +191,24 @@ Status select(const ForwardParams& params, const Problem& p, bool, Backend* chos
   return select_forward_kernel(params, p, chosen, &kernel);
 }
 
-Status select(const BackwardParams& params, const Problem&, bool, Backend*) {
+Status select_backward_kernel(const BackwardParams& params, const Problem& p, Backend* chosen,
+                              sm80::BwdKernelInfo* kernel) {
+  const std::vector<Named> tensors{{"q", &params.q},       {"k", &params.k},   {"v", &params.v},
+                                   {"out", &params.out},   {"lse", &params.lse}, {"dout", &params.dout},
+                                   {"dq", &params.dq},     {"dk", &params.dk}, {"dv", &params.dv}};
   const DeviceInfo* prop = nullptr;
-  if (Status s = check_device({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"out", &params.out},
-                               {"lse", &params.lse}, {"dout", &params.dout}, {"dq", &params.dq},
-                               {"dk", &params.dk}, {"dv", &params.dv}},
-                              params.q.device_index, &prop);
-      !s.ok())
-    return s;
-  return unsupported("the CUDA backward is not part of this version of flashtile; pass CPU tensors");
+  if (Status s = check_device(tensors, params.q.device_index, &prop); !s.ok()) return s;
+  if (Status s = check_alignment(tensors); !s.ok()) return s;
+  if (params.backend == Backend::kCudaSm90)
+    return unsupported("backend cuda-sm90: the Hopper kernels are not part of this version; use cuda-sm80 or auto");
+  if (Status s = select_sm80_backward(p, *prop, kernel); !s.ok()) return s;
+  *chosen = Backend::kCudaSm80;
+  return {};
+}
+
+Status select(const BackwardParams& params, const Problem& p, bool, Backend* chosen) {
+  sm80::BwdKernelInfo kernel;
+  return select_backward_kernel(params, p, chosen, &kernel);
 }
 
 FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& p, int block_m) {
@@ -213,10 +247,49 @@ Status forward(const ForwardParams& params, const Problem& p, Backend) {
   return {};
 }
 
-Status backward(const BackwardParams&, const Problem&, Backend backend) {
-  return unsupported(std::string("backend ") + backend_name(backend) + " has no backward kernel yet");
+BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& problem, int block_m, int block_n,
+                                float* delta) {
+  ForwardParams f;
+  f.q = params.q, f.k = params.k, f.v = params.v, f.out = params.out, f.lse = params.lse;
+  Problem with_lse = problem;
+  with_lse.with_lse = true;  // the backward always reads the LSE
+  BwdKernelParams k{};
+  k.fwd = make_fwd_params(f, with_lse, block_m);
+  k.dout = params.dout.data, k.dq = params.dq.data, k.dk = params.dk.data, k.dv = params.dv.data;
+  for (int d = 0; d < 3; ++d) {
+    k.dout_stride[d] = params.dout.stride[d], k.dq_stride[d] = params.dq.stride[d];
+    k.dk_stride[d] = params.dk.stride[d], k.dv_stride[d] = params.dv.stride[d];
+  }
+  k.heads_kv = static_cast<int>(problem.heads_kv);
+  k.scale = problem.scale;
+  k.delta = delta;
+  k.n_blocks = static_cast<int>((problem.seqlen_k + block_n - 1) / block_n);
+  return k;
 }
 
-size_t backward_workspace_size(const Problem&, Backend) { return 0; }
+size_t backward_workspace_size(const Problem& p, Backend) {
+  return static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q) * sizeof(float);  // D = rowsum(dO * O)
+}
+
+Status backward(const BackwardParams& params, const Problem& p, Backend) {
+  sm80::BwdKernelInfo kernel;
+  Backend chosen;
+  if (Status s = select_backward_kernel(params, p, &chosen, &kernel); !s.ok()) return s;
+  if (p.batch == 0) return {};
+  const size_t need = backward_workspace_size(p, chosen);
+  if (params.workspace != nullptr && params.workspace_size < need)
+    return invalid_argument("workspace: " + std::to_string(params.workspace_size) + " bytes given, " +
+                            std::to_string(need) + " needed (backward_workspace_size)");
+  DeviceGuard guard(params.q.device_index);
+  const cudaStream_t stream = static_cast<cudaStream_t>(params.stream);
+  float* delta = static_cast<float*>(params.workspace);
+  if (delta == nullptr && need > 0)
+    if (cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&delta), need, stream); err != cudaSuccess)
+      return {StatusCode::kOutOfMemory, std::string("backward workspace: ") + cudaGetErrorString(err)};
+  const cudaError_t err = kernel.launch(make_bwd_params(params, p, kernel.block_m, kernel.block_n, delta), stream);
+  if (params.workspace == nullptr && delta != nullptr) cudaFreeAsync(delta, stream);
+  if (err != cudaSuccess) return device_error("sm80 backward launch", err);
+  return {};
+}
 
 }  // namespace flashtile::cuda

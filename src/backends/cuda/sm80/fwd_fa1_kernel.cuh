@@ -52,7 +52,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_fa1_kernel(const FwdKern
 
       float acc_s[kMSlices][kBlockN / 8][4];
       tile_scores<Traits, T>(sQ, sK, acc_s);
-      cap_and_mask<Traits, kSoftcap>(p, row0, row_last, col0, acc_s);
+      cap_and_mask<Traits, kSoftcap>(p, row0, col0, row_last, acc_s);
 
       // Read O, m and l of this thread's rows back from global memory and rescale: with the new max m' and sum
       // l', O' = (l * e^(m - m') * O + P V) / l'. P is divided by l' before the product, O scaled first.

@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
       float acc_s[kMSlices][kNB][4];
       tile_scores<Traits, T>(sQ, sK_n, acc_s);
 
-      cap_and_mask<Traits, kSoftcap>(p, row0, row_last, col0, acc_s);
+      cap_and_mask<Traits, kSoftcap>(p, row0, col0, row_last, acc_s);
 
       // Online softmax. A row's 4 owners (lanes 4g..4g+3) agree on its max through two shuffles.
 #pragma unroll

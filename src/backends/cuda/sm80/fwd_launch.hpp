@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/bwd_kernel_params.hpp"
 #include "backends/cuda/fwd_kernel_params.hpp"
 #include "flashtile/flashtile.hpp"
 
@@ -50,5 +51,23 @@ FwdKernelInfo find_fwd_fa1();
 inline int64_t fwd_fa1_workspace_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q, int head_dim) {
   return batch * heads_q * seqlen_q * (head_dim + 2);
 }
+
+// The sm80 backward (bwd_kernels.cuh): D, then dK/dV, then dQ, all on `stream`. p.delta must hold
+// batch x heads_q x seqlen_q floats.
+template <typename T, int kHeadDim>
+cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream);
+
+using BwdLauncher = cudaError_t (*)(const BwdKernelParams&, cudaStream_t);
+
+struct BwdKernelInfo {
+  BwdLauncher launch = nullptr;
+  int head_dim = 0;  // the instantiated head dim the call is padded up to
+  int block_m = 0;   // query rows per CTA of the dQ kernel
+  int block_n = 0;   // keys per CTA of the dK/dV kernel
+  int smem_bytes = 0;
+};
+
+// The smallest instantiated backward head dim >= head_dim (head dims up to 128), or launch = null.
+BwdKernelInfo find_bwd(DType dtype, int head_dim);
 
 }  // namespace flashtile::cuda::sm80

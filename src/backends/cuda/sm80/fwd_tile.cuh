@@ -63,20 +63,22 @@ __device__ __forceinline__ void tile_scores(const T* sQ, const T* sK,
   }
 }
 
-// Softcap, then the mask, on the scores of rows [row0, row0 + kBlockM) against keys [col0, col0 + kBlockN).
-// The mask code runs only when some row of the block (up to row_last, the last real row) does not see some
-// key of the tile; hidden scores become -inf.
-template <typename Traits, bool kSoftcap>
-__device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0, int row_last, int col0,
+// Softcap, then the mask, on a tile of scores; hidden scores become -inf. Rows are queries [row0, row0 + kBlockM)
+// and columns keys [col0, col0 + kBlockN); with kKeysAsRows (the backward's S^T = K Q^T) rows are keys and
+// columns queries. The mask code runs only when some query of the tile (up to last_query, the last real one)
+// does not see some key of it.
+template <typename Traits, bool kSoftcap, bool kKeysAsRows = false>
+__device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0, int col0, int last_query,
                                              float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4]) {
-  constexpr int kBlockN = Traits::kBlockN;
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const bool full_tile = row_last + p.key_offset - p.window_left <= col0 &&
-                         row0 + p.key_offset + p.window_right >= col0 + kBlockN - 1 && col0 + kBlockN <= p.seqlen_k;
+  const int query0 = kKeysAsRows ? col0 : row0, key0 = kKeysAsRows ? row0 : col0;
+  const int keys = kKeysAsRows ? Traits::kBlockM : Traits::kBlockN;
+  const bool full_tile = last_query + p.key_offset - p.window_left <= key0 &&
+                         query0 + p.key_offset + p.window_right >= key0 + keys - 1 && key0 + keys <= p.seqlen_k;
 #pragma unroll
   for (int s = 0; s < Traits::kMSlices; ++s)
 #pragma unroll
-    for (int n = 0; n < kBlockN / 8; ++n)
+    for (int n = 0; n < Traits::kBlockN / 8; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         float x = acc_s[s][n][e];
@@ -84,8 +86,9 @@ __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0,
         if (!full_tile) {
           const int row = row0 + slice_row<Traits>(s) + g + (e / 2) * 8;
           const int col = col0 + n * 8 + 2 * t + e % 2;
-          const bool visible = col < p.seqlen_k && col >= row + p.key_offset - p.window_left &&
-                               col <= row + p.key_offset + p.window_right;
+          const int query = kKeysAsRows ? col : row, key = kKeysAsRows ? row : col;
+          const bool visible = key < p.seqlen_k && key >= query + p.key_offset - p.window_left &&
+                               key <= query + p.key_offset + p.window_right;
           x = visible ? x : -INFINITY;
         }
         acc_s[s][n][e] = x;

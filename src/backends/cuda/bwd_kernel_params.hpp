@@ -1,0 +1,28 @@
+// What the CUDA backward kernels need: the forward's view of q, k, v, o, lse and the mask (FwdKernelParams),
+// plus the gradients' tensors and the per-row D = rowsum(dO * O) workspace.
+#pragma once
+
+#include <cstdint>
+
+#include "backends/cuda/fwd_kernel_params.hpp"
+
+namespace flashtile::cuda {
+
+struct BwdKernelParams {
+  FwdKernelParams fwd;  // q, k, v, o, lse (required), strides, sizes, mask, scales
+  const void* dout;
+  void* dq;
+  void* dk;
+  void* dv;
+  int64_t dout_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];  // batch, row, head
+  int heads_kv;
+  float scale;   // the softmax scale itself: dS carries it into dQ and dK
+  float* delta;  // workspace: D = rowsum(dO * O), (batch, heads_q, seqlen_q) dense
+  int n_blocks;  // key blocks per (batch, K/V head)
+};
+
+// Resolves a validated backward call (bwd_kernel_params for the sm80 kernels, cuda_backend.cpp).
+BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& problem, int block_m, int block_n,
+                                float* delta);
+
+}  // namespace flashtile::cuda

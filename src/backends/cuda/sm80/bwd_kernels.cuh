@@ -1,0 +1,228 @@
+// The sm80 backward, built from the forward's tile pieces (fwd_tile.cuh). Three kernels, each owning what it
+// writes, so no two CTAs ever add into the same element and the gradients are bitwise deterministic:
+//   1. bwd_delta_kernel: D = rowsum(dO * O) per query row (fp32), the term every dS needs;
+//   2. bwd_dkdv_kernel: one CTA per (key block, batch, K/V head); warps split the keys; loops over the group's
+//      query heads and the query blocks that see the keys:
+//        S^T = K Q^T, P^T = exp(S^T - LSE), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D) scale,
+//        dK += dS^T Q      (P is recomputed from the saved LSE, never stored);
+//   3. bwd_dq_kernel: one CTA per (query block, batch, query head), the forward's shape:
+//        S = Q K^T, P = exp(S - LSE), dP = dO V^T, dS = P (dP - D) scale, dQ += dS K.
+// Kernel 3 recomputes S and dP (7 tile products instead of FlashAttention-2's 5) in exchange for needing no
+// atomics and no fp32 dQ accumulator: deterministic mode costs nothing extra.
+// Shared memory per CTA: four (kBlockM or kBlockN) x kHeadDim tiles of T, and kernel 2's per-column LSE and D.
+#pragma once
+
+#include "backends/cuda/bwd_kernel_params.hpp"
+#include "backends/cuda/sm80/bwd_config.hpp"
+#include "backends/cuda/sm80/fwd_tile.cuh"
+
+namespace flashtile::cuda::sm80 {
+
+// D for one query row per warp: lanes stride over the head dim.
+template <typename T>
+__global__ void bwd_delta_kernel(const BwdKernelParams p) {
+  const FwdKernelParams& f = p.fwd;
+  const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int i = static_cast<int>(row % f.seqlen_q), h = static_cast<int>((row / f.seqlen_q) % f.heads_q);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
+  const T* o = static_cast<const T*>(f.o) + b * f.o_stride[0] + i * f.o_stride[1] + h * f.o_stride[2];
+  const T* d = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + i * p.dout_stride[1] + h * p.dout_stride[2];
+  float acc = 0.0f;
+  for (int c = threadIdx.x % 32; c < f.head_dim; c += 32) acc += static_cast<float>(o[c]) * static_cast<float>(d[c]);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (threadIdx.x % 32 == 0) p.delta[(static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q + i] = acc;
+}
+
+// The LSE in log2 units, with rows that saw no key (LSE = -inf) mapped to 0: all their scores are -inf, so P is
+// 0 either way, and -inf - -inf would be NaN.
+__device__ __forceinline__ float lse_log2(float lse) { return lse == -INFINITY ? 0.0f : lse * 1.4426950408889634f; }
+
+// dS = P (dP - D) scale, times (1 - tanh^2) under a softcap. P = 0 (a hidden key) gives exactly 0, so a NaN
+// dP from a NaN stored at a hidden key stays out; a NaN P (NaN inputs the row sees) stays NaN.
+template <bool kSoftcap>
+__device__ __forceinline__ float grad_score(float prob, float dp, float delta, float capped, const FwdKernelParams& f,
+                                            float scale) {
+  if (prob == 0.0f) return 0.0f;
+  float ds = prob * (dp - delta) * scale;
+  if (kSoftcap) {
+    const float th = capped / f.softcap;
+    ds *= 1.0f - th * th;
+  }
+  return ds;
+}
+
+template <typename Traits, typename T, bool kSoftcap>
+__global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKernelParams p) {
+  constexpr int kRows = Traits::kBlockM, kCols = Traits::kBlockN;  // keys per CTA, queries per step
+  constexpr int kStride = Traits::kRowStride, kNB = kCols / 8, kDB = Traits::kHeadDim / 8;
+  static_assert(Traits::kMSlices == 1, "one 16-row slice per warp");
+  const FwdKernelParams& f = p.fwd;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + kRows * kStride;
+  T* sQ = sV + kRows * kStride;
+  T* sDO = sQ + kCols * kStride;
+  float* sLse2 = reinterpret_cast<float*>(sDO + kCols * kStride);
+  float* sDelta = sLse2 + kCols;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  const int n_block = blockIdx.x % p.n_blocks, bhk = blockIdx.x / p.n_blocks;
+  const int b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
+  const int key0 = n_block * kRows;
+  const T* k_head = static_cast<const T*>(f.k) + b * f.k_stride[0] + hk * f.k_stride[2];
+  const T* v_head = static_cast<const T*>(f.v) + b * f.v_stride[0] + hk * f.v_stride[2];
+  load_rows_async<Traits, kRows>(sK, k_head, f.k_stride[1], key0, f.seqlen_k, f.head_dim);
+  load_rows_async<Traits, kRows>(sV, v_head, f.v_stride[1], key0, f.seqlen_k, f.head_dim);
+  cp_async_commit();
+
+  float acc_dk[1][kDB][4] = {}, acc_dv[1][kDB][4] = {};
+  // Query rows that see a key of this block: [row_begin, row_end) (KeyRange::row_begin / row_end).
+  const int row_begin = max(0, key0 - f.key_offset - f.window_right);
+  const int row_end = min(f.seqlen_q, key0 + kRows - f.key_offset + f.window_left);
+  for (int gi = 0; gi < f.group; ++gi) {
+    const int h = hk * f.group + gi;
+    const T* q_head = static_cast<const T*>(f.q) + b * f.q_stride[0] + h * f.q_stride[2];
+    const T* do_head = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + h * p.dout_stride[2];
+    for (int row0 = row_begin / kCols * kCols; row0 < row_end; row0 += kCols) {
+      __syncthreads();  // every warp is done with sQ, sDO and the per-column values of the previous step
+      load_rows_async<Traits, kCols>(sQ, q_head, f.q_stride[1], row0, f.seqlen_q, f.head_dim);
+      load_rows_async<Traits, kCols>(sDO, do_head, p.dout_stride[1], row0, f.seqlen_q, f.head_dim);
+      cp_async_commit();
+      for (int c = threadIdx.x; c < kCols; c += Traits::kThreads) {
+        const int row = row0 + c;
+        const bool real = row < f.seqlen_q;
+        sLse2[c] = real ? lse_log2(f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]]) : 0.0f;
+        sDelta[c] = real ? p.delta[(static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q + row] : 0.0f;
+      }
+      cp_async_wait<0>();
+      __syncthreads();
+
+      float acc_s[1][kNB][4], capped[1][kNB][4];
+      tile_scores<Traits, T>(sK, sQ, acc_s);  // S^T: keys down the rows
+      cap_and_mask<Traits, kSoftcap, /*kKeysAsRows=*/true>(f, key0, row0, min(row0 + kCols, f.seqlen_q) - 1, acc_s);
+#pragma unroll
+      for (int n = 0; n < kNB; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          capped[0][n][e] = acc_s[0][n][e];
+          acc_s[0][n][e] = exp2_approx(fmaf(acc_s[0][n][e], f.scale_log2, -sLse2[n * 8 + 2 * t + e % 2]));
+        }
+      tile_accumulate_pv<Traits, T>(acc_s, sDO, acc_dv);  // dV += P^T dO
+
+      float acc_dp[1][kNB][4];
+      tile_scores<Traits, T>(sV, sDO, acc_dp);  // dP^T = V dO^T
+#pragma unroll
+      for (int n = 0; n < kNB; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc_s[0][n][e] = grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], sDelta[n * 8 + 2 * t + e % 2],
+                                                capped[0][n][e], f, p.scale);
+      tile_accumulate_pv<Traits, T>(acc_s, sQ, acc_dk);  // dK += dS^T Q
+    }
+  }
+  cp_async_wait<0>();  // a block that no query sees still waited for nothing; keep the group count clean
+
+  // dK and dV rows of this block (zeros for keys no query sees).
+  T* dk_head = static_cast<T*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
+  T* dv_head = static_cast<T*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int key = key0 + slice_row<Traits>(0) + g + hr * 8;
+    if (key >= f.seqlen_k) continue;
+#pragma unroll
+    for (int d = 0; d < kDB; ++d) {
+      const int col = d * 8 + 2 * t;
+      if (col >= f.head_dim) continue;
+      *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
+          pack2<T>(acc_dk[0][d][2 * hr], acc_dk[0][d][2 * hr + 1]);
+      *reinterpret_cast<uint32_t*>(dv_head + key * p.dv_stride[1] + col) =
+          pack2<T>(acc_dv[0][d][2 * hr], acc_dv[0][d][2 * hr + 1]);
+    }
+  }
+}
+
+template <typename Traits, typename T, bool kSoftcap>
+__global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKernelParams p) {
+  constexpr int kRows = Traits::kBlockM, kCols = Traits::kBlockN;  // queries per CTA, keys per step
+  constexpr int kStride = Traits::kRowStride, kNB = kCols / 8, kDB = Traits::kHeadDim / 8;
+  static_assert(Traits::kMSlices == 1, "one 16-row slice per warp");
+  const FwdKernelParams& f = p.fwd;
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sDO = sQ + kRows * kStride;
+  T* sK = sDO + kRows * kStride;
+  T* sV = sK + kCols * kStride;
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+
+  const int m_block = f.m_blocks - 1 - blockIdx.x % f.m_blocks, bh = blockIdx.x / f.m_blocks;
+  const int b = bh / f.heads_q, h = bh % f.heads_q, hk = h / f.group;
+  const int row0 = m_block * kRows, row_last = min(row0 + kRows, f.seqlen_q) - 1;
+  const T* q_head = static_cast<const T*>(f.q) + b * f.q_stride[0] + h * f.q_stride[2];
+  const T* do_head = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + h * p.dout_stride[2];
+  const T* k_head = static_cast<const T*>(f.k) + b * f.k_stride[0] + hk * f.k_stride[2];
+  const T* v_head = static_cast<const T*>(f.v) + b * f.v_stride[0] + hk * f.v_stride[2];
+  load_rows_async<Traits, kRows>(sQ, q_head, f.q_stride[1], row0, f.seqlen_q, f.head_dim);
+  load_rows_async<Traits, kRows>(sDO, do_head, p.dout_stride[1], row0, f.seqlen_q, f.head_dim);
+  cp_async_commit();
+
+  float lse2[2], delta[2];  // this thread's fragment rows g and g + 8
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = row0 + slice_row<Traits>(0) + g + hr * 8;
+    const bool real = row < f.seqlen_q;
+    lse2[hr] = real ? lse_log2(f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]]) : 0.0f;
+    delta[hr] = real ? p.delta[(static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q + row] : 0.0f;
+  }
+
+  float acc_dq[1][kDB][4] = {};
+  const int key_begin = max(0, row0 + f.key_offset - f.window_left);
+  const int key_end = min(f.seqlen_k, row_last + f.key_offset + f.window_right + 1);
+  for (int col0 = key_begin / kCols * kCols; col0 < key_end; col0 += kCols) {
+    __syncthreads();  // every warp is done with sK and sV of the previous step
+    load_rows_async<Traits, kCols>(sK, k_head, f.k_stride[1], col0, f.seqlen_k, f.head_dim);
+    load_rows_async<Traits, kCols>(sV, v_head, f.v_stride[1], col0, f.seqlen_k, f.head_dim);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+
+    float acc_s[1][kNB][4], capped[1][kNB][4];
+    tile_scores<Traits, T>(sQ, sK, acc_s);
+    cap_and_mask<Traits, kSoftcap>(f, row0, col0, row_last, acc_s);
+#pragma unroll
+    for (int n = 0; n < kNB; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        capped[0][n][e] = acc_s[0][n][e];
+        acc_s[0][n][e] = exp2_approx(fmaf(acc_s[0][n][e], f.scale_log2, -lse2[e / 2]));
+      }
+    float acc_dp[1][kNB][4];
+    tile_scores<Traits, T>(sDO, sV, acc_dp);  // dP = dO V^T
+#pragma unroll
+    for (int n = 0; n < kNB; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        acc_s[0][n][e] =
+            grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], delta[e / 2], capped[0][n][e], f, p.scale);
+    tile_accumulate_pv<Traits, T>(acc_s, sK, acc_dq);  // dQ += dS K
+  }
+  cp_async_wait<0>();
+
+  T* dq_head = static_cast<T*>(p.dq) + b * p.dq_stride[0] + h * p.dq_stride[2];
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = row0 + slice_row<Traits>(0) + g + hr * 8;
+    if (row >= f.seqlen_q) continue;
+#pragma unroll
+    for (int d = 0; d < kDB; ++d) {
+      const int col = d * 8 + 2 * t;
+      if (col < f.head_dim)
+        *reinterpret_cast<uint32_t*>(dq_head + row * p.dq_stride[1] + col) =
+            pack2<T>(acc_dq[0][d][2 * hr], acc_dq[0][d][2 * hr + 1]);
+    }
+  }
+}
+
+}  // namespace flashtile::cuda::sm80
