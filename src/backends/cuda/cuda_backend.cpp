@@ -147,7 +147,7 @@ Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKe
   if (Status s = check_sm80_problem(p, prop, "forward"); !s.ok()) return s;
   if (p.head_dim % 8 != 0 || p.head_dim > 256)
     return unsupported("head_dim " + std::to_string(p.head_dim) + ": the CUDA forward needs a multiple of 8, at most 256");
-  *kernel = sm80::find_fwd(p.dtype, static_cast<int>(p.head_dim));
+  *kernel = sm80::find_fwd(p.dtype, static_cast<int>(p.head_dim), prop.major);
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
                        ": this build has no kernel for it (see FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES)");

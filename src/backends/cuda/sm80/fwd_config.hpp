@@ -19,6 +19,13 @@ template <> struct FwdConfig<128> { static constexpr int kBlockN = 32, kNWarps =
 template <> struct FwdConfig<192> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1; };  //  96   75 KB
 template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1; };  // 128   99 KB
 
+// On Hopper (sm_90: H100, H200) a block may take 227 KB of shared memory and two 102 KB CTAs still share an SM,
+// so head dim 128 takes 64 keys per tile double-buffered: +9% over the table's row on the H200 (the tile
+// harness, docs/perf-log.md); an RTX (99 KB) cannot run it at all and an A100 would fit one CTA per SM.
+template <int kHeadDim>
+struct FwdConfigHopper : FwdConfig<kHeadDim> {};
+template <> struct FwdConfigHopper<128> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 2; };
+
 // Everything derived from a row of the table, with the checks that keep a new row honest. Config defaults to
 // the table's row; bench/kernels/ passes others to measure alternatives.
 template <int kHeadDim_, typename Config = FwdConfig<kHeadDim_>>

@@ -9,9 +9,9 @@
 
 namespace flashtile::cuda::sm80 {
 
-template <typename T, int kHeadDim, int kVariant>
+template <typename T, int kHeadDim, int kVariant, typename Config>
 cudaError_t launch_fwd(const FwdKernelParams& p, cudaStream_t stream) {
-  using Traits = FwdTraits<kHeadDim>;
+  using Traits = FwdTraits<kHeadDim, Config>;
   auto kernel = p.softcap > 0 ? fwd_kernel<Traits, T, true, kVariant> : fwd_kernel<Traits, T, false, kVariant>;
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
       err != cudaSuccess)

@@ -19,8 +19,9 @@ enum FwdVariant : int {
   kSequentialQBlocks = 2,  // FA1-style grid: one CTA per (batch, head) walks all its query blocks
 };
 
-// Defined in fwd_launch.cuh; explicitly instantiated once per generated translation unit.
-template <typename T, int kHeadDim, int kVariant>
+// Defined in fwd_launch.cuh; explicitly instantiated once per generated translation unit. Config is a tile
+// table row (fwd_config.hpp: FwdConfig, or FwdConfigHopper for sm_90).
+template <typename T, int kHeadDim, int kVariant, typename Config>
 cudaError_t launch_fwd(const FwdKernelParams& params, cudaStream_t stream);
 
 using FwdLauncher = cudaError_t (*)(const FwdKernelParams&, cudaStream_t);
@@ -37,9 +38,10 @@ struct FwdKernelInfo {
 template <typename T, int kHeadDim>
 cudaError_t launch_fwd_fa1(const FwdKernelParams& params, cudaStream_t stream);
 
-// The smallest instantiated head dim >= head_dim for dtype (generated: fwd_registry.cu). launch is null when
-// this build has none (CMake FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES left it out).
-FwdKernelInfo find_fwd(DType dtype, int head_dim);
+// The smallest instantiated head dim >= head_dim for dtype (generated: fwd_registry.cu), with the Hopper tile
+// configuration where one exists and the device is sm_90 (cc_major == 9). launch is null when this build has
+// none (CMake FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES left it out).
+FwdKernelInfo find_fwd(DType dtype, int head_dim, int cc_major = 8);
 
 // The seeds' ablation (bf16, head dim 128 only): v2 with FA1's per-step rescale, or without sequence
 // parallelism. null when this build left bf16 / 128 out.
