@@ -105,7 +105,7 @@ class Backward {
     const int64_t d = p_.head_dim, dv = p_.head_dim_v;
     // P = exp(S - LSE), with S computed exactly as the forward computed it (score_tile), so that P matches
     // the LSE it is normalised by; S - LSE is formed in natural units and only then scaled to log2 units.
-    score_tile(map_, mask, rows, cols, d, qt.q, kt.k, prob);
+    score_tile(map_, mask, rows, cols, d, {qt.q, d}, {kt.k, d}, prob);
     if (p_.softcap > 0)
       for (int64_t i = 0; i < rows * cols; ++i) th[i] = prob[i] / p_.softcap;
     for (int64_t r = 0; r < rows; ++r)
@@ -170,7 +170,7 @@ class Backward {
       load_tile(params_.k, b, hk, col0, cols, d, 1.0f, kt.k);
       load_tile(params_.v, b, hk, col0, cols, dv, 1.0f, kt.v);
       probabilities_and_ds(mask, rows, cols, qt, kt, ws.prob, ws.ds, ws.th);
-      accumulate_w_in(mask, rows, cols, d, ws.ds, kt.k, dq);
+      accumulate_w_in(mask, rows, cols, d, ws.ds, {kt.k, d}, dq);
     }
     store_tile(params_.dq, b, h, row0, rows, d, 1.0f, dq);
   }

@@ -99,18 +99,18 @@ Status forward_flash2(const ForwardParams& params, const Problem& p) {
     std::fill(l, l + rows, 0.0f);
     // Keys seen by any row of the block; tiles outside it are hidden from every row and never touched.
     const int64_t key_begin = p.keys.lo(row0), key_end = p.keys.hi(row0 + rows - 1) + 1;
-    if (key_begin < key_end) load_tile(params.q, b, h, row0, rows, d, 1.0f, q);
+    const TileView qv = key_begin < key_end ? view_tile(params.q, b, h, row0, rows, d, q) : TileView{q, d};
     for (int64_t col0 = key_begin; col0 < key_end; col0 += T::kBlockN) {
       const int64_t cols = std::min(T::kBlockN, key_end - col0);
       const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
-      load_tile(params.k, b, hk, col0, cols, d, 1.0f, k);
-      load_tile(params.v, b, hk, col0, cols, dv, 1.0f, v);
-      score_tile(map, mask, rows, cols, d, q, k, s);
+      const TileView kv = view_tile(params.k, b, hk, col0, cols, d, k);
+      const TileView vv = view_tile(params.v, b, hk, col0, cols, dv, v);
+      score_tile(map, mask, rows, cols, d, qv, kv, s);
       online_softmax_step(rows, cols, s, m, l, alpha);
       for (int64_t r = 0; r < rows; ++r)
         if (alpha[r] != 1.0f)
           for (int64_t c = 0; c < dv; ++c) o[r * dv + c] *= alpha[r];
-      accumulate_w_in(mask, rows, cols, dv, s, v, o);
+      accumulate_w_in(mask, rows, cols, dv, s, vv, o);
     }
     write_rows(params, p, b, h, row0, rows, m, l, o);
   });
@@ -133,8 +133,8 @@ Status forward_flash1(const ForwardParams& params, const Problem& p) {
     std::fill(l_all, l_all + sq, 0.0f);
     for (int64_t col0 = 0; col0 < p.seqlen_k; col0 += T::kBlockN) {
       const int64_t cols = std::min(T::kBlockN, p.seqlen_k - col0);
-      load_tile(params.k, b, hk, col0, cols, d, 1.0f, k);
-      load_tile(params.v, b, hk, col0, cols, dv, 1.0f, v);
+      const TileView kv = view_tile(params.k, b, hk, col0, cols, d, k);
+      const TileView vv = view_tile(params.v, b, hk, col0, cols, dv, v);
       // Query tiles that see at least one key of this K/V tile.
       const int64_t first = p.keys.row_begin(col0), last = p.keys.row_end(col0 + cols);
       if (first >= last) continue;
@@ -142,13 +142,13 @@ Status forward_flash1(const ForwardParams& params, const Problem& p) {
         const int64_t rows = std::min(T::kBlockM, sq - row0);
         const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
         float *o = o_all + row0 * dv, *m = m_all + row0, *l = l_all + row0;
-        load_tile(params.q, b, h, row0, rows, d, 1.0f, q);
-        score_tile(map, mask, rows, cols, d, q, k, s);
+        const TileView qv = view_tile(params.q, b, h, row0, rows, d, q);
+        score_tile(map, mask, rows, cols, d, qv, kv, s);
         float l_old[T::kBlockM];
         std::copy(l, l + rows, l_old);
         online_softmax_step(rows, cols, s, m, l, alpha);
         std::fill(pv, pv + rows * dv, 0.0f);
-        accumulate_w_in(mask, rows, cols, dv, s, v, pv);
+        accumulate_w_in(mask, rows, cols, dv, s, vv, pv);
         // O_new = (l_old * alpha * O_old + P V) / l_new: the stored O is normalised after every step.
         for (int64_t r = 0; r < rows; ++r) {
           if (m[r] == kNegInf) continue;

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <climits>
 #include <limits>
 
 #include "common/numeric.hpp"
@@ -102,9 +103,18 @@ TileMask make_tile_mask(const KeyRange& keys, int64_t row0, int64_t rows, int64_
   return m;
 }
 
+TileView view_tile(const Tensor& t, int64_t b, int64_t head, int64_t row0, int64_t rows, int64_t dim,
+                   float* scratch) {
+  // In place when the GEMM can take the row stride as its leading dimension (at least a row, and a BLAS int).
+  if (t.dtype == DType::kFloat32 && (rows <= 1 || (t.stride[1] >= dim && t.stride[1] <= INT32_MAX)))
+    return {static_cast<const float*>(t.data) + offset_bshd(t, b, row0, head), rows <= 1 ? dim : t.stride[1]};
+  load_tile(t, b, head, row0, rows, dim, 1.0f, scratch);
+  return {scratch, dim};
+}
+
 void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, int64_t head_dim,
-                const float* q, const float* k, float* s) {
-  gemm_abt(rows, cols, head_dim, q, head_dim, k, head_dim, s, cols, /*accumulate=*/false);
+                TileView q, TileView k, float* s) {
+  gemm_abt(rows, cols, head_dim, q.data, q.ld, k.data, k.ld, s, cols, /*accumulate=*/false);
   if (map.softcap > 0)
     for (int64_t i = 0; i < rows * cols; ++i) s[i] = map.softcap * std::tanh(s[i] * map.mul);
   else
@@ -117,14 +127,14 @@ void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t
     }
 }
 
-void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w, const float* in,
+void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w, TileView in,
                      float* out) {
-  if (mask.full) return gemm_ab_accumulate(rows, dim, cols, w, cols, in, dim, out, dim);
+  if (mask.full) return gemm_ab_accumulate(rows, dim, cols, w, cols, in.data, in.ld, out, dim);
   for (int64_t r = 0; r < rows; ++r) {
     float* o = out + r * dim;
     for (int64_t c = mask.begin[r]; c < mask.end[r]; ++c) {
       const float wc = w[r * cols + c];
-      const float* x = in + c * dim;
+      const float* x = in.data + c * in.ld;
       for (int64_t d = 0; d < dim; ++d) o[d] += wc * x[d];
     }
   }

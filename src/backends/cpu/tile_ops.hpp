@@ -14,8 +14,19 @@
 
 namespace flashtile::cpu {
 
+// Rows of fp32 values, `ld` floats apart: a tile that is either read in place from an fp32 tensor or converted
+// into a scratch buffer.
+struct TileView {
+  const float* data;
+  int64_t ld;
+};
+
+// Rows [row0, row0 + rows) of head `head` of batch `b`: an fp32 tensor is read in place (no copy: the GEMMs take
+// its row stride), other dtypes are widened into `scratch` (rows x dim).
+TileView view_tile(const Tensor& t, int64_t b, int64_t head, int64_t row0, int64_t rows, int64_t dim, float* scratch);
+
 // Rows [row0, row0 + rows) of head `head` of batch `b`, as a dense fp32 tile (rows x dim), each element
-// multiplied by `mul` (used to fold the softmax scale into Q).
+// multiplied by `mul`.
 void load_tile(const Tensor& t, int64_t b, int64_t head, int64_t row0, int64_t rows, int64_t dim, float mul,
                float* tile);
 // The reverse: tile rows (rows x dim, dense fp32) times `mul`, rounded to t's dtype.
@@ -49,11 +60,11 @@ struct ScoreMap {
 // s (rows x cols) = scores of the Q tile rows (rows x head_dim) against the K tile rows (cols x head_dim),
 // -inf where the mask hides a key.
 void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, int64_t head_dim,
-                const float* q, const float* k, float* s);
+                TileView q, TileView k, float* s);
 
 // out (rows x dim) += W (rows x cols) * in (cols x dim), counting only each row's visible columns.
 // The O += P V and dQ += dS K products.
-void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w, const float* in,
+void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w, TileView in,
                      float* out);
 // out (cols x dim) += W^T (cols x rows) * in (rows x dim), counting only visible (row, col) pairs.
 // The dV += P^T dO and dK += dS^T Q products.
