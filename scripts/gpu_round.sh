@@ -6,7 +6,8 @@
 #   4. `flashtile bench --grid C` on all CPU cores (FA2 and FA1 schedules);
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
 #   6. grid A forward on the GPU (bf16, fp16) beside peers.py's grid A (PyTorch flash = FA2, cuDNN).
-#   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs).
+#   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
+#   python: the Python suite (torch, torch.compile, transformers) on this build's library.
 # Results land in $OUT (the device tool brings them back); copy them to bench/results/ with the date.
 # Prepared by scripts/device_prepare.sh; stages can be chosen: scripts/gpu_round.sh tests sanitize run benchC
 set -uo pipefail
@@ -15,7 +16,7 @@ out=${OUT:-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$PWD/build-device:$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 bin=build-device/tools/flashtile
-stages=${*:-tests sanitize run check ablation benchC benchA}
+stages=${*:-tests sanitize python run check ablation benchC benchA}
 status=0
 want() { [[ " $stages " == *" $1 "* ]]; }
 
@@ -64,6 +65,12 @@ fi
 if want ablation; then
   echo "== flashtile bench --ablation"
   timeout 120 $bin bench --ablation --out "$out/flashtile-ablation.jsonl" 2>/dev/null | tail -18 || status=1
+fi
+
+if want python; then  # the Python suite with torch (and transformers) against this build's library
+  echo "== pytest tests/python (torch, CUDA)"
+  FLASHTILE_LIBRARY=$PWD/build-device/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python timeout 400 \
+    python3 -m pytest tests/python -q -rs 2>&1 | tee "$out/pytest.txt" | tail -15 || status=1
 fi
 
 if want run; then
