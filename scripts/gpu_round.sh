@@ -7,7 +7,8 @@
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
 #   6. grid A forward on the GPU (bf16, fp16) beside peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
-#   python: the Python suite (torch, torch.compile, transformers) on this build's library.
+#   python: the Python suite (torch, torch.compile, transformers) on this build's library;
+#   peers: peers.py with flashtile as its candidate (forward and backward through autograd, grids A, L, G).
 # Results land in $OUT (the device tool brings them back); copy them to bench/results/ with the date.
 # Prepared by scripts/device_prepare.sh; stages can be chosen: scripts/gpu_round.sh tests sanitize run benchC
 set -uo pipefail
@@ -93,6 +94,13 @@ if want benchA; then
   echo "== peers.py --grids A"
   PYTHONUNBUFFERED=1 timeout 400 python3 .device/peers.py --grids A --out "$out/peersA" > /dev/null 2>&1 || status=1
   grep -c attn "$out/peersA/peers.jsonl"
+fi
+if want peers; then  # flashtile through its Python API as peers.py's candidate: forward and backward, one table
+  echo "== peers.py --grids A,L,G --candidate flashtile:flash_attn_func"
+  FLASHTILE_LIBRARY=$PWD/build-device/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout 540 \
+    python3 .device/peers.py --grids A,L,G --candidate flashtile:flash_attn_func --name flashtile-sm80 \
+    --out "$out/peersCandidate" > /dev/null 2>&1 || status=1
+  grep -c flashtile-sm80 "$out/peersCandidate/peers.jsonl"
 fi
 rm -f "$out"/*.md  # the tables are printed above; the JSON lines are the record (8 files come back at most)
 exit $status
