@@ -17,7 +17,9 @@
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/parallel.hpp"
+#include "backends/cpu/gemm_bf16.hpp"
 #include "backends/cpu/tile_ops.hpp"
+#include "common/numeric.hpp"
 
 namespace flashtile::cpu {
 
@@ -32,6 +34,49 @@ struct ForwardTiles {
   static constexpr int64_t kBlockM = 64;
   static constexpr int64_t kBlockN = 128;
   static_assert(kBlockM <= TileMask::kMaxRows, "TileMask holds at most kMaxRows rows");
+};
+
+// The bf16 fast path (gemm_bf16.hpp) for tiles with no masking: Q, K and V are read in place as bf16 and P is
+// rounded to bf16 once, as the GPU kernels do. Masked tiles, and other dtypes, take the fp32 path.
+class Bf16Products {
+ public:
+  Bf16Products(const ForwardParams& params, const Problem& p)
+      : enabled_(p.dtype == DType::kBFloat16 && bf16_dot_available() && readable(params.q, p.head_dim) &&
+                 readable(params.k, p.head_dim) && readable(params.v, p.head_dim_v)),
+        params_(params) {}
+  bool enabled() const { return enabled_; }
+
+  // Scratch a thread needs, in floats: the pair-packed operand, then P in bf16.
+  static int64_t pack_floats(int64_t d, int64_t dv) {
+    return std::max(bf16_pack_words(ForwardTiles::kBlockN, d), bf16_pack_words(dv, ForwardTiles::kBlockN));
+  }
+  static int64_t workspace_floats(int64_t d, int64_t dv) {
+    return pack_floats(d, dv) + ForwardTiles::kBlockM * ForwardTiles::kBlockN / 2;
+  }
+
+  // s (rows x cols) = raw products of query rows [row0, ..) of head h with keys [col0, ..) of K/V head hk.
+  void scores(int64_t b, int64_t h, int64_t hk, int64_t row0, int64_t rows, int64_t col0, int64_t cols, int64_t d,
+              float* s, float* scratch) const {
+    gemm_bf16_abt(rows, cols, d, at(params_.q, b, row0, h), params_.q.stride[1], at(params_.k, b, col0, hk),
+                  params_.k.stride[1], s, cols, reinterpret_cast<uint32_t*>(scratch));
+  }
+
+  // o (rows x dv) += P (rows x cols, rounded to bf16 here) V, with V rows [col0, ..) of K/V head hk.
+  void accumulate_pv(int64_t b, int64_t hk, int64_t rows, int64_t col0, int64_t cols, int64_t d, int64_t dv,
+                     const float* prob, float* o, float* scratch) const {
+    uint16_t* p16 = reinterpret_cast<uint16_t*>(scratch + pack_floats(d, dv));
+    for (int64_t i = 0; i < rows * cols; ++i) p16[i] = float_to_bf16(prob[i]);
+    gemm_bf16_ab_accumulate(rows, dv, cols, p16, cols, at(params_.v, b, col0, hk), params_.v.stride[1], o, dv,
+                            reinterpret_cast<uint32_t*>(scratch));
+  }
+
+ private:
+  static bool readable(const Tensor& t, int64_t dim) { return t.stride[1] >= dim && t.stride[1] <= INT32_MAX; }
+  static const uint16_t* at(const Tensor& t, int64_t b, int64_t row, int64_t head) {
+    return static_cast<const uint16_t*>(t.data) + offset_bshd(t, b, row, head);
+  }
+  bool enabled_;
+  const ForwardParams& params_;
 };
 
 // Turns s into P = exp(s - m_new) row by row and returns, per row, the factor exp(m_old - m_new) that earlier
@@ -85,8 +130,9 @@ Status forward_flash2(const ForwardParams& params, const Problem& p) {
   const int64_t d = p.head_dim, dv = p.head_dim_v;
   const int64_t m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
   // Per thread: Q (M x d), K (N x d), V (N x dv), S (M x N), O (M x dv), m, l, alpha (M each).
+  const Bf16Products bf16(params, p);
   const int64_t ws = T::kBlockM * d + T::kBlockN * (d + dv) + T::kBlockM * T::kBlockN + T::kBlockM * dv +
-                     3 * T::kBlockM;
+                     3 * T::kBlockM + (bf16.enabled() ? Bf16Products::workspace_floats(d, dv) : 0);
   const ScoreMap map(p);
   return parallel_tasks(p.batch * p.heads_q * m_blocks, params.num_threads, ws, [&](int64_t task, float* w) {
     const int64_t mb = task % m_blocks, h = (task / m_blocks) % p.heads_q, b = task / (m_blocks * p.heads_q);
@@ -94,6 +140,7 @@ Status forward_flash2(const ForwardParams& params, const Problem& p) {
     const int64_t row0 = mb * T::kBlockM, rows = std::min(T::kBlockM, p.seqlen_q - row0);
     float *q = w, *k = q + T::kBlockM * d, *v = k + T::kBlockN * d, *s = v + T::kBlockN * dv;
     float *o = s + T::kBlockM * T::kBlockN, *m = o + T::kBlockM * dv, *l = m + T::kBlockM, *alpha = l + T::kBlockM;
+    float* scratch = alpha + T::kBlockM;
     std::fill(o, o + rows * dv, 0.0f);
     std::fill(m, m + rows, kNegInf);
     std::fill(l, l + rows, 0.0f);
@@ -103,14 +150,21 @@ Status forward_flash2(const ForwardParams& params, const Problem& p) {
     for (int64_t col0 = key_begin; col0 < key_end; col0 += T::kBlockN) {
       const int64_t cols = std::min(T::kBlockN, key_end - col0);
       const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
-      const TileView kv = view_tile(params.k, b, hk, col0, cols, d, k);
-      const TileView vv = view_tile(params.v, b, hk, col0, cols, dv, v);
-      score_tile(map, mask, rows, cols, d, qv, kv, s);
+      const bool fast = bf16.enabled() && mask.full;
+      if (fast) {
+        bf16.scores(b, h, hk, row0, rows, col0, cols, d, s, scratch);
+        finish_scores(map, mask, rows, cols, s);
+      } else {
+        score_tile(map, mask, rows, cols, d, qv, view_tile(params.k, b, hk, col0, cols, d, k), s);
+      }
       online_softmax_step(rows, cols, s, m, l, alpha);
       for (int64_t r = 0; r < rows; ++r)
         if (alpha[r] != 1.0f)
           for (int64_t c = 0; c < dv; ++c) o[r * dv + c] *= alpha[r];
-      accumulate_w_in(mask, rows, cols, dv, s, vv, o);
+      if (fast)
+        bf16.accumulate_pv(b, hk, rows, col0, cols, d, dv, s, o, scratch);
+      else
+        accumulate_w_in(mask, rows, cols, dv, s, view_tile(params.v, b, hk, col0, cols, dv, v), o);
     }
     write_rows(params, p, b, h, row0, rows, m, l, o);
   });
@@ -120,14 +174,15 @@ Status forward_flash1(const ForwardParams& params, const Problem& p) {
   using T = ForwardTiles;
   const int64_t d = p.head_dim, dv = p.head_dim_v, sq = p.seqlen_q;
   // Per thread: the head's O (sq x dv), m and l (sq each), plus Q, K, V, S, a P*V tile and alpha.
+  const Bf16Products bf16(params, p);
   const int64_t ws = sq * dv + 2 * sq + T::kBlockM * d + T::kBlockN * (d + dv) + T::kBlockM * T::kBlockN +
-                     T::kBlockM * dv + T::kBlockM;
+                     T::kBlockM * dv + T::kBlockM + (bf16.enabled() ? Bf16Products::workspace_floats(d, dv) : 0);
   const ScoreMap map(p);
   return parallel_tasks(p.batch * p.heads_q, params.num_threads, ws, [&](int64_t task, float* w) {
     const int64_t h = task % p.heads_q, b = task / p.heads_q, hk = h / p.group();
     float *o_all = w, *m_all = o_all + sq * dv, *l_all = m_all + sq;
     float *q = l_all + sq, *k = q + T::kBlockM * d, *v = k + T::kBlockN * d, *s = v + T::kBlockN * dv;
-    float *pv = s + T::kBlockM * T::kBlockN, *alpha = pv + T::kBlockM * dv;
+    float *pv = s + T::kBlockM * T::kBlockN, *alpha = pv + T::kBlockM * dv, *scratch = alpha + T::kBlockM;
     std::fill(o_all, o_all + sq * dv, 0.0f);
     std::fill(m_all, m_all + sq, kNegInf);
     std::fill(l_all, l_all + sq, 0.0f);
@@ -142,13 +197,21 @@ Status forward_flash1(const ForwardParams& params, const Problem& p) {
         const int64_t rows = std::min(T::kBlockM, sq - row0);
         const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
         float *o = o_all + row0 * dv, *m = m_all + row0, *l = l_all + row0;
-        const TileView qv = view_tile(params.q, b, h, row0, rows, d, q);
-        score_tile(map, mask, rows, cols, d, qv, kv, s);
+        const bool fast = bf16.enabled() && mask.full;  // the same products as the FA2 schedule uses
+        if (fast) {
+          bf16.scores(b, h, hk, row0, rows, col0, cols, d, s, scratch);
+          finish_scores(map, mask, rows, cols, s);
+        } else {
+          score_tile(map, mask, rows, cols, d, view_tile(params.q, b, h, row0, rows, d, q), kv, s);
+        }
         float l_old[T::kBlockM];
         std::copy(l, l + rows, l_old);
         online_softmax_step(rows, cols, s, m, l, alpha);
         std::fill(pv, pv + rows * dv, 0.0f);
-        accumulate_w_in(mask, rows, cols, dv, s, vv, pv);
+        if (fast)
+          bf16.accumulate_pv(b, hk, rows, col0, cols, d, dv, s, pv, scratch);
+        else
+          accumulate_w_in(mask, rows, cols, dv, s, vv, pv);
         // O_new = (l_old * alpha * O_old + P V) / l_new: the stored O is normalised after every step.
         for (int64_t r = 0; r < rows; ++r) {
           if (m[r] == kNegInf) continue;

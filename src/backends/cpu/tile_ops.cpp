@@ -115,6 +115,10 @@ TileView view_tile(const Tensor& t, int64_t b, int64_t head, int64_t row0, int64
 void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, int64_t head_dim,
                 TileView q, TileView k, float* s) {
   gemm_abt(rows, cols, head_dim, q.data, q.ld, k.data, k.ld, s, cols, /*accumulate=*/false);
+  finish_scores(map, mask, rows, cols, s);
+}
+
+void finish_scores(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, float* s) {
   if (map.softcap > 0)
     for (int64_t i = 0; i < rows * cols; ++i) s[i] = map.softcap * std::tanh(s[i] * map.mul);
   else

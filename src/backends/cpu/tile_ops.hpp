@@ -61,6 +61,8 @@ struct ScoreMap {
 // -inf where the mask hides a key.
 void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, int64_t head_dim,
                 TileView q, TileView k, float* s);
+// The part of score_tile after the product: raw products in s become scores (scale, softcap, mask).
+void finish_scores(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, float* s);
 
 // out (rows x dim) += W (rows x cols) * in (cols x dim), counting only each row's visible columns.
 // The O += P V and dQ += dS K products.
