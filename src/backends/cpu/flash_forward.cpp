@@ -9,15 +9,16 @@
 //
 // Scores are kept in natural units: the raw product q.k times the softmax scale (one rounding, as a framework
 // does it; scaling Q first adds a second one), and s - max goes to exp2 times log2(e): subtracting before
-// converting keeps the rounding of large fp32 logits out of P. No buffer
-// grows with seqlen_k; FA2's workspace is one set of tiles per thread.
+// converting keeps the rounding of large fp32 logits out of P. No buffer grows with seqlen_k; FA2's workspace
+// is one set of tiles per thread.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
 
 #include "backends/cpu/cpu_backend.hpp"
-#include "backends/cpu/parallel.hpp"
 #include "backends/cpu/gemm_bf16.hpp"
+#include "backends/cpu/parallel.hpp"
 #include "backends/cpu/tile_ops.hpp"
 #include "common/numeric.hpp"
 
