@@ -235,10 +235,13 @@ FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& p, i
   return k;
 }
 
+// forward() and backward() run only after select() accepted the call (dispatch.cpp), so they look up the kernel
+// without repeating the pointer and alignment checks (a few CUDA calls each) on every launch.
 Status forward(const ForwardParams& params, const Problem& p, Backend) {
   sm80::FwdKernelInfo kernel;
-  Backend chosen;
-  if (Status s = select_forward_kernel(params, p, &chosen, &kernel); !s.ok()) return s;
+  const DeviceInfo* prop = nullptr;
+  if (Status s = device_info(params.q.device_index, &prop); !s.ok()) return s;
+  if (Status s = select_sm80_forward(p, *prop, &kernel); !s.ok()) return s;
   if (p.batch == 0 || p.seqlen_q == 0) return {};
   DeviceGuard guard(params.q.device_index);
   const FwdKernelParams k = make_fwd_params(params, p, kernel.block_m);
@@ -271,12 +274,13 @@ size_t backward_workspace_size(const Problem& p, Backend) {
   return static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q) * sizeof(float);  // D = rowsum(dO * O)
 }
 
-Status backward(const BackwardParams& params, const Problem& p, Backend) {
+Status backward(const BackwardParams& params, const Problem& p, Backend backend) {
   sm80::BwdKernelInfo kernel;
-  Backend chosen;
-  if (Status s = select_backward_kernel(params, p, &chosen, &kernel); !s.ok()) return s;
+  const DeviceInfo* prop = nullptr;
+  if (Status s = device_info(params.q.device_index, &prop); !s.ok()) return s;
+  if (Status s = select_sm80_backward(p, *prop, &kernel); !s.ok()) return s;
   if (p.batch == 0) return {};
-  const size_t need = backward_workspace_size(p, chosen);
+  const size_t need = backward_workspace_size(p, backend);
   if (params.workspace != nullptr && params.workspace_size < need)
     return invalid_argument("workspace: " + std::to_string(params.workspace_size) + " bytes given, " +
                             std::to_string(need) + " needed (backward_workspace_size)");

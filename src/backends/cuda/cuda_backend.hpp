@@ -13,6 +13,7 @@ bool compiled();
 Status select(const ForwardParams& params, const Problem& problem, bool backward, Backend* chosen);
 Status select(const BackwardParams& params, const Problem& problem, bool backward, Backend* chosen);
 
+// Run a call select() accepted (the dispatcher always selects first).
 Status forward(const ForwardParams& params, const Problem& problem, Backend backend);
 Status backward(const BackwardParams& params, const Problem& problem, Backend backend);
 size_t backward_workspace_size(const Problem& problem, Backend backend);
