@@ -8,6 +8,7 @@
 #   6. grid A forward on the GPU (bf16, fp16) beside peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
+#   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
 #   peers: peers.py with flashtile as its candidate (forward and backward through autograd, grids A, L, G).
 # Results land in $OUT (the device tool brings them back); copy them to bench/results/ with the date.
 # Prepared by scripts/device_prepare.sh; stages can be chosen: scripts/gpu_round.sh tests sanitize run benchC
@@ -66,6 +67,22 @@ fi
 if want ablation; then
   echo "== flashtile bench --ablation"
   timeout 120 $bin bench --ablation --out "$out/flashtile-ablation.jsonl" 2>/dev/null | tail -18 || status=1
+fi
+
+if want profile; then  # B=4 H=16 S=4096 D=128 bf16, full: both kernels' second launch, all sections
+  echo "== ncu: flashtile sm80 forward and PyTorch flash (FA2) forward"
+  ncu_args=(--set full --print-details all --launch-skip 1 --launch-count 1)
+  timeout 200 ncu "${ncu_args[@]}" -k regex:fwd_kernel $bin run -b 4 -s 4096 --no-causal -r 2 --verify-rows 2 \
+    > "$out/ncu-flashtile.txt" 2>&1 || status=1
+  timeout 200 ncu "${ncu_args[@]}" -k regex:flash_fwd python3 -c "
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q = torch.randn(4, 16, 4096, 128, device='cuda', dtype=torch.bfloat16)
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, q, q)
+torch.cuda.synchronize()" > "$out/ncu-fa2.txt" 2>&1 || status=1
+  grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Executed Instructions  " \
+    "$out/ncu-flashtile.txt" "$out/ncu-fa2.txt"
 fi
 
 if want python; then  # the Python suite with torch (and transformers) against this build's library

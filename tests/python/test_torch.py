@@ -30,7 +30,7 @@ def test_forward_and_gradients(device, causal):
     dq, dk, dv = torch.autograd.grad(out, (q, k, v), g)
     rq, rk, rv = torch.autograd.grad(ref, (q, k, v), g.double())
     for got, want in ((dq, rq), (dk, rk), (dv, rv)):
-        torch.testing.assert_close(got.double(), want, atol=5 * tol, rtol=5 * tol)
+        torch.testing.assert_close(got.double(), want.double(), atol=5 * tol, rtol=5 * tol)
 
 
 def test_unsupported_arguments_raise():

@@ -1,6 +1,7 @@
 """A real client: a small Llama-style model from Hugging Face transformers (random weights from a config, no
-downloads) with its attention switched to flashtile through transformers' AttentionInterface registry. Its
-logits, gradients and a 20-step training loss curve must agree with the same model on "sdpa". Skipped where
+downloads) with its attention switched to flashtile through transformers' AttentionInterface registry
+(flashtile.transformers_attention). Its logits, gradients and a 20-step training loss curve must agree with the
+same model on "sdpa". Skipped where
 torch or transformers is missing (they are on the GPU machine, not on the CPU CI machine)."""
 import copy
 
@@ -8,18 +9,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-import flashtile  # noqa: E402
+import flashtile.transformers_attention  # noqa: E402
 
-
-def flashtile_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers' attention-function contract: q/k/v (batch, heads, seq, dim) in, (batch, seq, heads, dim)
-    out. The test batches carry no padding, so the causal flag is the whole mask."""
-    out = flashtile.flash_attn_func(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2),
-                                    softmax_scale=scaling, causal=getattr(module, "is_causal", True))
-    return out, None
-
-
-transformers.AttentionInterface.register("flashtile", flashtile_attention)
+NAME = flashtile.transformers_attention.register()
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -34,7 +26,7 @@ def tiny_llama(attn_implementation, device, dtype):
 
 def pair(device):
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
-    ours = tiny_llama("flashtile", device, dtype)
+    ours = tiny_llama(NAME, device, dtype)
     ref = copy.deepcopy(ours)
     ref.config._attn_implementation = "sdpa"
     for layer in ref.model.layers:
