@@ -3,6 +3,8 @@
 sits beside them in bench/results/: TFLOP/s and the ratios that count (flashtile / peer, same run).
 
     python3 bench/tabulate.py bench/results/<run>/flashtile.jsonl bench/results/<run>/peers.jsonl
+
+A peers.py file run with `--candidate flashtile:...` holds both sides: pass it twice.
 """
 import json
 import math
@@ -19,24 +21,43 @@ def geomean(xs):
 
 
 def gpu_table(ours, peers):
-    peer = {(r["impl"], r["D"], r["S"], r["causal"]): r for r in peers if r.get("kind") == "attn" and "error" not in r}
-    lines = ["| dtype | D | S | mask | flashtile fwd | FA2 (torch flash) fwd | cuDNN fwd | vs FA2 | vs cuDNN |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    ratios = {"flash": [], "cudnn": []}
+    """Forward and, where flashtile recorded one, backward TFLOP/s beside PyTorch's flash (FA2) and cuDNN."""
+    def key(r):  # grids share shapes (G's D=128 S=4096 causal is A's with GQA), so the grid is part of the key
+        return r["grid"], r["D"], r["S"], r["H"], r["Hkv"], r["causal"]
+
+    peer = {(r["impl"],) + key(r): r for r in peers if r.get("kind") == "attn" and "error" not in r}
+    with_bwd = any("bwd_tflops" in r for r in ours)
+    head = "| grid | dtype | D | S | H/Hkv | mask | flashtile fwd | FA2 fwd | cuDNN fwd | fwd vs FA2 | fwd vs cuDNN |"
+    if with_bwd:
+        head += " flashtile bwd | FA2 bwd | cuDNN bwd | bwd vs FA2 | bwd vs cuDNN |"
+    lines = [head, "|" + "---|" * head.count(" | ")]
+    ratios = {name: [] for name in ("fwd flash", "fwd cudnn", "bwd flash", "bwd cudnn")}
     for r in ours:
-        if r.get("kind") != "attn" or "fwd_tflops" not in r:
+        if r.get("kind") != "attn" or not r.get("impl", "").startswith("flashtile") or "fwd_tflops" not in r:
             continue
-        key = (r["D"], r["S"], r["causal"])
-        fa2, cud = peer.get(("flash",) + key), peer.get(("cudnn",) + key)
+        fa2, cud = peer.get(("flash",) + key(r)), peer.get(("cudnn",) + key(r))
         if not fa2 or not cud:
             continue
-        rf, rc = r["fwd_tflops"] / fa2["fwd_tflops"], r["fwd_tflops"] / cud["fwd_tflops"]
-        ratios["flash"].append(rf)
-        ratios["cudnn"].append(rc)
-        lines.append(f'| {r["dtype"]} | {r["D"]} | {r["S"]} | {"causal" if r["causal"] else "full"} | '
-                     f'{r["fwd_tflops"]:.0f} | {fa2["fwd_tflops"]:.0f} | {cud["fwd_tflops"]:.0f} | {rf:.2f}x | {rc:.2f}x |')
-    lines.append(f'\nGeometric mean: {geomean(ratios["flash"]):.3f}x FA2 (min {min(ratios["flash"]):.2f}x), '
-                 f'{geomean(ratios["cudnn"]):.3f}x cuDNN. Peers are bf16 (peers.py); fp16 rows compare with them too.')
+        row = (f'| {r["grid"]} | {r["dtype"]} | {r["D"]} | {r["S"]} | {r["H"]}/{r["Hkv"]} | '
+               f'{"causal" if r["causal"] else "full"} |')
+        for pass_ in ("fwd", "bwd") if with_bwd else ("fwd",):
+            ours_t = r.get(f"{pass_}_tflops")
+            if ours_t is None:
+                row += f' {r.get(f"{pass_}_error", "not run")[:40]} | {fa2[f"{pass_}_tflops"]:.0f} | ' \
+                       f'{cud[f"{pass_}_tflops"]:.0f} | - | - |'
+                continue
+            rf, rc = ours_t / fa2[f"{pass_}_tflops"], ours_t / cud[f"{pass_}_tflops"]
+            ratios[f"{pass_} flash"].append(rf)
+            ratios[f"{pass_} cudnn"].append(rc)
+            row += f' {ours_t:.0f} | {fa2[f"{pass_}_tflops"]:.0f} | {cud[f"{pass_}_tflops"]:.0f} | {rf:.2f}x | {rc:.2f}x |'
+        lines.append(row)
+    lines.append("")
+    for pass_ in ("fwd", "bwd"):
+        fl, cu = ratios[f"{pass_} flash"], ratios[f"{pass_} cudnn"]
+        if fl:
+            lines.append(f"- {pass_}: geometric mean {geomean(fl):.3f}x FA2 (min {min(fl):.2f}x, max {max(fl):.2f}x), "
+                         f"{geomean(cu):.3f}x cuDNN (min {min(cu):.2f}x), over {len(fl)} rows")
+    lines.append("\nPeers are bf16 (peers.py measures bf16 only); fp16 rows are compared with the same bf16 numbers.")
     return lines
 
 

@@ -5,10 +5,11 @@
 #   3. `flashtile run` on the best backend present, verified against the oracle;
 #   4. `flashtile bench --grid C` on all CPU cores (FA2 and FA1 schedules);
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
-#   6. grid A forward on the GPU (bf16, fp16) beside peers.py's grid A (PyTorch flash = FA2, cuDNN).
+#   6. grid A forward and backward on the GPU (bf16, fp16); peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
+#   overhead: the Python layers' per-call cost at B=1, S=128 beside the C++ call (bench/python_overhead.py);
 #   peers: peers.py with flashtile as its candidate (forward and backward through autograd, grids A, L, G).
 # Results land in $OUT (the device tool brings them back); copy them to bench/results/ with the date.
 # Prepared by scripts/device_prepare.sh; stages can be chosen: scripts/gpu_round.sh tests sanitize run benchC
@@ -18,7 +19,7 @@ out=${OUT:-out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH=$PWD/build-device:$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 bin=build-device/tools/flashtile
-stages=${*:-tests sanitize python run check ablation benchC benchA}
+stages=${*:-tests sanitize python run check ablation benchC benchA peersA}
 status=0
 want() { [[ " $stages " == *" $1 "* ]]; }
 
@@ -105,12 +106,20 @@ if want benchC; then  # OPENBLAS_CORETYPE, when set by the caller, is recorded i
 fi
 
 if want benchA; then
-  echo "== flashtile bench --grid A (GPU)"
-  timeout 300 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --repeats 20 --verify-rows 4 \
+  echo "== flashtile bench --grid A (GPU, forward and backward)"
+  timeout 300 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --backward --repeats 20 --verify-rows 4 \
     --out "$out/flashtile-grid-A.jsonl" 2>/dev/null | tail -75 || status=1
+fi
+if want peersA; then  # the peers alone on grid A (the `peers` stage below measures them too, beside flashtile)
   echo "== peers.py --grids A"
   PYTHONUNBUFFERED=1 timeout 400 python3 .device/peers.py --grids A --out "$out/peersA" > /dev/null 2>&1 || status=1
   grep -c attn "$out/peersA/peers.jsonl"
+fi
+if want overhead; then  # the Python layers' per-call cost on a small problem, and the C++ call's
+  echo "== Python overhead (B=1, S=128, H=16, D=128, bf16, causal)"
+  FLASHTILE_LIBRARY=$PWD/build-device/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python timeout 120 \
+    python3 bench/python_overhead.py 2>&1 | tee "$out/overhead.jsonl"
+  $bin run -b 1 -s 128 --heads 16 -r 200 --verify-rows 2 2>&1 | grep -iE "ms|backend" | tee -a "$out/overhead-cpp.txt"
 fi
 if want peers; then  # flashtile through its Python API as peers.py's candidate: forward and backward, one table
   echo "== peers.py --grids A,L,G --candidate flashtile:flash_attn_func"

@@ -85,6 +85,7 @@ void run(const char* name, const Problem& pr, const void* q, const void* k, cons
                         : "(the table's config)");
 }
 
+// The library's row for D on the machine this runs on (the H200: FwdConfigHopper) is the reference.
 template <int D, typename... Configs>
 void sweep(const Problem& pr, const char* const* names) {
   const size_t n = size_t(pr.batch) * pr.seqlen * pr.heads * pr.dim;
@@ -102,7 +103,7 @@ void sweep(const Problem& pr, const char* const* names) {
   for (void** p : {&q, &k, &v, &o}) CHECK(cudaMalloc(p, n * 2));
   CHECK(cudaMalloc(&lse, size_t(pr.batch) * pr.heads * pr.seqlen * 4));
   for (void* p : {q, k, v}) CHECK(cudaMemcpy(p, host.data(), n * 2, cudaMemcpyHostToDevice));
-  run<D, FwdConfig<D>>("table", pr, q, k, v, o, lse, nullptr);
+  run<D, FwdConfigHopper<D>>("table", pr, q, k, v, o, lse, nullptr);
   std::vector<uint16_t> ref(n);
   CHECK(cudaMemcpy(ref.data(), o, n * 2, cudaMemcpyDeviceToHost));
   int i = 0;
@@ -112,17 +113,21 @@ void sweep(const Problem& pr, const char* const* names) {
 }
 
 int main() {
-  static const char* const names128[] = {"N32 4 warps x 2 slices 1 stage", "N64 4 warps x 2 slices 2 stages",
-                                         "N64 4 warps x 2 slices 1 stage"};
+  static const char* const names128[] = {"N32 4 warps x 2 slices 2 stages", "N64 8 warps x 1 slice 2 stages",
+                                         "N32 8 warps x 1 slice 2 stages"};
   for (bool causal : {false, true})
-    for (int s : {1024, 4096, 16384})
-      sweep<128, Tiles<32, 4, 2, 1>, Tiles<64, 4, 2, 2>, Tiles<64, 4, 2, 1>>({16384 / s, s, 16, 128, causal},
+    for (int s : {512, 2048, 16384})
+      sweep<128, Tiles<32, 4, 2, 2>, Tiles<64, 8, 1, 2>, Tiles<32, 8, 1, 2>>({16384 / s * 2, s, 16, 128, causal},
                                                                               names128);
-  static const char* const names64[] = {"N64 4 warps x 2 slices 1 stage", "N128 4 warps x 2 slices 2 stages"};
+  static const char* const names64[] = {"N128 4 warps x 2 slices 2 stages", "N64 8 warps x 1 slice 2 stages"};
   for (bool causal : {false, true})
-    sweep<64, Tiles<64, 4, 2, 1>, Tiles<128, 4, 2, 2>>({4, 4096, 32, 64, causal}, names64);
-  static const char* const names256[] = {"N32 4 warps x 1 slice 2 stages", "N64 8 warps x 1 slice 1 stage"};
+    for (int s : {512, 4096})
+      sweep<64, Tiles<128, 4, 2, 2>, Tiles<64, 8, 1, 2>>({16384 / s * 2, s, 32, 64, causal}, names64);
+  static const char* const names256[] = {"N32 4 warps x 1 slice 2 stages", "N64 8 warps x 1 slice 1 stage",
+                                         "N64 4 warps x 1 slice 2 stages", "N32 8 warps x 1 slice 2 stages"};
   for (bool causal : {false, true})
-    sweep<256, Tiles<32, 4, 1, 2>, Tiles<64, 8, 1, 1>>({4, 4096, 8, 256, causal}, names256);
+    for (int s : {512, 4096, 16384})
+      sweep<256, Tiles<32, 4, 1, 2>, Tiles<64, 8, 1, 1>, Tiles<64, 4, 1, 2>, Tiles<32, 8, 1, 2>>(
+          {16384 / s, s, 8, 256, causal}, names256);
   return 0;
 }

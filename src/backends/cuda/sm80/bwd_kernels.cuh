@@ -12,6 +12,8 @@
 // Shared memory per CTA: four (kBlockM or kBlockN) x kHeadDim tiles of T, and kernel 2's per-column LSE and D.
 #pragma once
 
+#include <type_traits>
+
 #include "backends/cuda/bwd_kernel_params.hpp"
 #include "backends/cuda/sm80/bwd_config.hpp"
 #include "backends/cuda/sm80/fwd_tile.cuh"
@@ -100,27 +102,34 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
       cp_async_wait<0>();
       __syncthreads();
 
-      float acc_s[1][kNB][4], capped[1][kNB][4];
-      tile_scores<Traits, T>(sK, sQ, acc_s);  // S^T: keys down the rows
-      cap_and_mask<Traits, kSoftcap, /*kKeysAsRows=*/true>(f, key0, row0, min(row0 + kCols, f.seqlen_q) - 1, acc_s);
+      // The step's tile products, compiled with and without the mask (fwd_tile.cuh, cap_and_mask).
+      auto step = [&](auto masked) {
+        float acc_s[1][kNB][4], capped[1][kNB][4];
+        tile_scores<Traits, T>(sK, sQ, acc_s);  // S^T: keys down the rows
+        cap_and_mask<Traits, kSoftcap, decltype(masked)::value, /*kKeysAsRows=*/true>(f, key0, row0, acc_s);
 #pragma unroll
-      for (int n = 0; n < kNB; ++n)
+        for (int n = 0; n < kNB; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          capped[0][n][e] = acc_s[0][n][e];
-          acc_s[0][n][e] = exp2_approx(fmaf(acc_s[0][n][e], f.scale_log2, -sLse2[n * 8 + 2 * t + e % 2]));
-        }
-      tile_accumulate_pv<Traits, T>(acc_s, sDO, acc_dv);  // dV += P^T dO
+          for (int e = 0; e < 4; ++e) {
+            capped[0][n][e] = acc_s[0][n][e];
+            acc_s[0][n][e] = exp2_approx(fmaf(acc_s[0][n][e], f.scale_log2, -sLse2[n * 8 + 2 * t + e % 2]));
+          }
+        tile_accumulate_pv<Traits, T>(acc_s, sDO, acc_dv);  // dV += P^T dO
 
-      float acc_dp[1][kNB][4];
-      tile_scores<Traits, T>(sV, sDO, acc_dp);  // dP^T = V dO^T
+        float acc_dp[1][kNB][4];
+        tile_scores<Traits, T>(sV, sDO, acc_dp);  // dP^T = V dO^T
 #pragma unroll
-      for (int n = 0; n < kNB; ++n)
+        for (int n = 0; n < kNB; ++n)
 #pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc_s[0][n][e] = grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], sDelta[n * 8 + 2 * t + e % 2],
-                                                capped[0][n][e], f, p.scale);
-      tile_accumulate_pv<Traits, T>(acc_s, sQ, acc_dk);  // dK += dS^T Q
+          for (int e = 0; e < 4; ++e)
+            acc_s[0][n][e] = grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], sDelta[n * 8 + 2 * t + e % 2],
+                                                  capped[0][n][e], f, p.scale);
+        tile_accumulate_pv<Traits, T>(acc_s, sQ, acc_dk);  // dK += dS^T Q
+      };
+      if (tile_fully_visible<Traits, /*kKeysAsRows=*/true>(f, key0, row0, min(row0 + kCols, f.seqlen_q) - 1))
+        step(std::false_type{});
+      else
+        step(std::true_type{});
     }
   }
   cp_async_wait<0>();  // a block that no query sees still waited for nothing; keep the group count clean
@@ -188,25 +197,31 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKerne
     cp_async_wait<0>();
     __syncthreads();
 
-    float acc_s[1][kNB][4], capped[1][kNB][4];
-    tile_scores<Traits, T>(sQ, sK, acc_s);
-    cap_and_mask<Traits, kSoftcap>(f, row0, col0, row_last, acc_s);
+    auto step = [&](auto masked) {
+      float acc_s[1][kNB][4], capped[1][kNB][4];
+      tile_scores<Traits, T>(sQ, sK, acc_s);
+      cap_and_mask<Traits, kSoftcap, decltype(masked)::value>(f, row0, col0, acc_s);
 #pragma unroll
-    for (int n = 0; n < kNB; ++n)
+      for (int n = 0; n < kNB; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        capped[0][n][e] = acc_s[0][n][e];
-        acc_s[0][n][e] = exp2_approx(fmaf(acc_s[0][n][e], f.scale_log2, -lse2[e / 2]));
-      }
-    float acc_dp[1][kNB][4];
-    tile_scores<Traits, T>(sDO, sV, acc_dp);  // dP = dO V^T
+        for (int e = 0; e < 4; ++e) {
+          capped[0][n][e] = acc_s[0][n][e];
+          acc_s[0][n][e] = exp2_approx(fmaf(acc_s[0][n][e], f.scale_log2, -lse2[e / 2]));
+        }
+      float acc_dp[1][kNB][4];
+      tile_scores<Traits, T>(sDO, sV, acc_dp);  // dP = dO V^T
 #pragma unroll
-    for (int n = 0; n < kNB; ++n)
+      for (int n = 0; n < kNB; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        acc_s[0][n][e] =
-            grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], delta[e / 2], capped[0][n][e], f, p.scale);
-    tile_accumulate_pv<Traits, T>(acc_s, sK, acc_dq);  // dQ += dS K
+        for (int e = 0; e < 4; ++e)
+          acc_s[0][n][e] =
+              grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], delta[e / 2], capped[0][n][e], f, p.scale);
+      tile_accumulate_pv<Traits, T>(acc_s, sK, acc_dq);  // dQ += dS K
+    };
+    if (tile_fully_visible<Traits>(f, row0, col0, row_last))
+      step(std::false_type{});
+    else
+      step(std::true_type{});
   }
   cp_async_wait<0>();
 

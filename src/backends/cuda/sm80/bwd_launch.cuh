@@ -16,7 +16,8 @@ cudaError_t launch_bwd(const BwdKernelParams& p, cudaStream_t stream) {
   const FwdKernelParams& f = p.fwd;
   const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
   constexpr int kDeltaWarps = 8;  // query rows per block of the D kernel
-  bwd_delta_kernel<T><<<static_cast<unsigned>((rows + kDeltaWarps - 1) / kDeltaWarps), kDeltaWarps * 32, 0, stream>>>(p);
+  const auto delta_blocks = static_cast<unsigned>((rows + kDeltaWarps - 1) / kDeltaWarps);
+  bwd_delta_kernel<T><<<delta_blocks, kDeltaWarps * 32, 0, stream>>>(p);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
   auto dkdv = f.softcap > 0 ? bwd_dkdv_kernel<Traits, T, true> : bwd_dkdv_kernel<Traits, T, false>;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cmath>
+#include <type_traits>
 
 #include "backends/cuda/fwd_kernel_params.hpp"
 #include "backends/cuda/sm80/fwd_launch.hpp"
@@ -78,98 +79,119 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
 
     for (int n_block = n_first; n_block <= n_last; ++n_block) {
       const int col0 = n_block * kBlockN;
-      // Copy groups in flight, oldest first. Two stages: [K(n), V(n)] on entry; K(n+1) is added and the
-      // wait leaves the newest two pending. One stage: [K(n)].
-      const int stage = kStages == 2 ? (n_block - n_first) & 1 : 0;
-      const T* sK_n = sK + stage * kTileElems;
-      const T* sV_n = sV + stage * kTileElems;
-      if constexpr (kStages == 2) {
-        if (n_block < n_last)  // the other buffer was last read by Q K^T of tile n - 1, before its barrier
-          load_rows_async<Traits, kBlockN>(sK + (stage ^ 1) * kTileElems, k_head, p.k_stride[1], col0 + kBlockN,
-                                           p.seqlen_k, p.head_dim);
-        cp_async_commit();  // possibly empty: keeps the group count the waits rely on
-        cp_async_wait<2>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();  // K(n) (and Q) visible to every warp; every warp is done with the V buffer it reuses
-      if constexpr (kStages == 1) {
-        load_rows_async<Traits, kBlockN>(sV, v_head, p.v_stride[1], col0, p.seqlen_k, p.head_dim);
-        cp_async_commit();
-      }
-
-      // S = Q K^T for this warp's rows.
-      float acc_s[kMSlices][kNB][4];
-      tile_scores<Traits, T>(sQ, sK_n, acc_s);
-
-      cap_and_mask<Traits, kSoftcap>(p, row0, col0, row_last, acc_s);
-
-      // Online softmax. A row's 4 owners (lanes 4g..4g+3) agree on its max through two shuffles.
-#pragma unroll
-      for (int s = 0; s < kMSlices; ++s)
-#pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          float mx = row_max[s][hr];
-#pragma unroll
-          for (int n = 0; n < kNB; ++n) mx = fmaxf(mx, fmaxf(acc_s[s][n][2 * hr], acc_s[s][n][2 * hr + 1]));
-          mx = quad_max(mx);
-          const float shift = mx == -INFINITY ? 0.0f : mx * p.scale_log2;  // a row with no key yet
-          const float alpha = exp2_approx(row_max[s][hr] * p.scale_log2 - shift);
-          row_max[s][hr] = mx;
-          float sum = 0.0f;
-#pragma unroll
-          for (int n = 0; n < kNB; ++n)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-              const float pe = exp2_approx(fmaf(acc_s[s][n][2 * hr + e], p.scale_log2, -shift));
-              acc_s[s][n][2 * hr + e] = pe;
-              sum += pe;
-            }
-          if (kVariant & kRescaleEveryStep) {  // FA1 keeps full sums: reduce across the row's 4 owners now
-            sum = quad_sum(sum);
-          }
-          // FA1 stores O normalised, so it first multiplies back by the old sum; FA2 only rescales.
-          const float o_scale = (kVariant & kRescaleEveryStep) ? alpha * row_sum[s][hr] : alpha;
-          row_sum[s][hr] = row_sum[s][hr] * alpha + sum;
-#pragma unroll
-          for (int d = 0; d < kDB; ++d) acc_o[s][d][2 * hr] *= o_scale, acc_o[s][d][2 * hr + 1] *= o_scale;
+      // One tile, compiled twice: with the mask for the tiles at the mask's edges, without it for the rest.
+      auto tile_step = [&](auto masked) {
+        // Copy groups in flight, oldest first. Two stages: [K(n), V(n)] on entry; K(n+1) is added and the
+        // wait leaves the newest two pending. One stage: [K(n)].
+        const int stage = kStages == 2 ? (n_block - n_first) & 1 : 0;
+        const T* sK_n = sK + stage * kTileElems;
+        const T* sV_n = sV + stage * kTileElems;
+        if constexpr (kStages == 2) {
+          if (n_block < n_last)  // the other buffer was last read by Q K^T of tile n - 1, before its barrier
+            load_rows_async<Traits, kBlockN>(sK + (stage ^ 1) * kTileElems, k_head, p.k_stride[1], col0 + kBlockN,
+                                             p.seqlen_k, p.head_dim);
+          cp_async_commit();  // possibly empty: keeps the group count the waits rely on
+          cp_async_wait<2>();
+        } else {
+          cp_async_wait<0>();
         }
-
-      if constexpr (kStages == 2) {
-        if (n_block < n_last)  // the other buffer was last read by P V of tile n - 1, before the barrier above
-          load_rows_async<Traits, kBlockN>(sV + (stage ^ 1) * kTileElems, v_head, p.v_stride[1], col0 + kBlockN,
-                                           p.seqlen_k, p.head_dim);
-        cp_async_commit();
-        cp_async_wait<2>();
-      } else {
-        cp_async_wait<0>();
-      }
-      __syncthreads();  // V(n) visible to every warp; every warp is done with K(n)
-      if constexpr (kStages == 1) {
-        if (n_block < n_last) {
-          load_rows_async<Traits, kBlockN>(sK, k_head, p.k_stride[1], col0 + kBlockN, p.seqlen_k, p.head_dim);
+        __syncthreads();  // K(n) (and Q) visible to every warp; every warp is done with the V buffer it reuses
+        if constexpr (kStages == 1) {
+          load_rows_async<Traits, kBlockN>(sV, v_head, p.v_stride[1], col0, p.seqlen_k, p.head_dim);
           cp_async_commit();
         }
-      }
 
-      // O += P V, with P taken straight from the S accumulators (their layout is the A fragment's).
-      tile_accumulate_pv<Traits, T>(acc_s, sV_n, acc_o);
+        // S = Q K^T for this warp's rows.
+        float acc_s[kMSlices][kNB][4];
+        tile_scores<Traits, T>(sQ, sK_n, acc_s);
 
-      if (kVariant & kRescaleEveryStep) {
-        // FA1's per-step normalisation: O holds the normalised output after every tile.
+        cap_and_mask<Traits, kSoftcap, decltype(masked)::value>(p, row0, col0, acc_s);
+
+        // Online softmax. A row's 4 owners (lanes 4g..4g+3) agree on its max through two shuffles.
+        float o_scale[kMSlices][2];
+        bool max_moved = false;
 #pragma unroll
         for (int s = 0; s < kMSlices; ++s)
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
-            const float inv = row_sum[s][hr] > 0.0f ? 1.0f / row_sum[s][hr] : 0.0f;
+            float mx = row_max[s][hr];
 #pragma unroll
-            for (int d = 0; d < kDB; ++d) acc_o[s][d][2 * hr] *= inv, acc_o[s][d][2 * hr + 1] *= inv;
+            for (int n = 0; n < kNB; ++n) mx = fmaxf(mx, fmaxf(acc_s[s][n][2 * hr], acc_s[s][n][2 * hr + 1]));
+            mx = quad_max(mx);
+            const float shift = mx == -INFINITY ? 0.0f : mx * p.scale_log2;  // a row with no key yet
+            const float alpha = exp2_approx(row_max[s][hr] * p.scale_log2 - shift);
+            row_max[s][hr] = mx;
+            float sum = 0.0f;
+#pragma unroll
+            for (int n = 0; n < kNB; ++n)
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const float pe = exp2_approx(fmaf(acc_s[s][n][2 * hr + e], p.scale_log2, -shift));
+                acc_s[s][n][2 * hr + e] = pe;
+                sum += pe;
+              }
+            if (kVariant & kRescaleEveryStep) {  // FA1 keeps full sums: reduce across the row's 4 owners now
+              sum = quad_sum(sum);
+            }
+            // FA1 stores O normalised, so it first multiplies back by the old sum; FA2 only rescales.
+            o_scale[s][hr] = (kVariant & kRescaleEveryStep) ? alpha * row_sum[s][hr] : alpha;
+            max_moved |= o_scale[s][hr] != 1.0f;
+            row_sum[s][hr] = row_sum[s][hr] * alpha + sum;
           }
-      }
+        // alpha is exactly 1 for a row whose max did not move, as for most rows once the max has settled: the
+        // warp skips the kMSlices * kHeadDim / 2 multiplies unless one of its rows moved.
+        if (__any_sync(0xffffffffu, max_moved)) {
+#pragma unroll
+          for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+            for (int d = 0; d < kDB; ++d) {
+              acc_o[s][d][0] *= o_scale[s][0], acc_o[s][d][1] *= o_scale[s][0];
+              acc_o[s][d][2] *= o_scale[s][1], acc_o[s][d][3] *= o_scale[s][1];
+            }
+        }
+
+        if constexpr (kStages == 2) {
+          if (n_block < n_last)  // the other buffer was last read by P V of tile n - 1, before the barrier above
+            load_rows_async<Traits, kBlockN>(sV + (stage ^ 1) * kTileElems, v_head, p.v_stride[1], col0 + kBlockN,
+                                             p.seqlen_k, p.head_dim);
+          cp_async_commit();
+          cp_async_wait<2>();
+        } else {
+          cp_async_wait<0>();
+        }
+        __syncthreads();  // V(n) visible to every warp; every warp is done with K(n)
+        if constexpr (kStages == 1) {
+          if (n_block < n_last) {
+            load_rows_async<Traits, kBlockN>(sK, k_head, p.k_stride[1], col0 + kBlockN, p.seqlen_k, p.head_dim);
+            cp_async_commit();
+          }
+        }
+
+        // O += P V, with P taken straight from the S accumulators (their layout is the A fragment's).
+        tile_accumulate_pv<Traits, T>(acc_s, sV_n, acc_o);
+
+        if (kVariant & kRescaleEveryStep) {
+          // FA1's per-step normalisation: O holds the normalised output after every tile.
+#pragma unroll
+          for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+            for (int hr = 0; hr < 2; ++hr) {
+              const float inv = row_sum[s][hr] > 0.0f ? 1.0f / row_sum[s][hr] : 0.0f;
+#pragma unroll
+              for (int d = 0; d < kDB; ++d) acc_o[s][d][2 * hr] *= inv, acc_o[s][d][2 * hr + 1] *= inv;
+            }
+        }
+      };
+      if (tile_fully_visible<Traits>(p, row0, col0, row_last))
+        tile_step(std::false_type{});
+      else
+        tile_step(std::true_type{});
     }
 
     // Epilogue: one division per row, then O and LSE to global memory. Rows that saw no key get O = 0 and
-    // LSE = -inf.
+    // LSE = -inf. O goes out through this warp's own rows of sQ, which no other warp reads, so that the global
+    // stores are whole 16-byte chunks of a row rather than 4-byte pieces of eight rows.
+    T* sO = sQ;
 #pragma unroll
     for (int s = 0; s < kMSlices; ++s)
 #pragma unroll
@@ -180,18 +202,25 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
         }
         const bool seen = row_max[s][hr] != -INFINITY;
         const float inv = !seen ? 0.0f : (kVariant & kRescaleEveryStep) ? 1.0f : 1.0f / l;
-        const int row = row0 + slice_row<Traits>(s) + g + hr * 8;
-        if (row >= p.seqlen_q) continue;
-        T* o_row = o_head + row * p.o_stride[1];
+        const int r = slice_row<Traits>(s) + g + hr * 8;
 #pragma unroll
-        for (int d = 0; d < kDB; ++d) {
-          const int col = d * 8 + 2 * t;
-          if (col < p.head_dim)
-            *reinterpret_cast<uint32_t*>(o_row + col) = pack2<T>(acc_o[s][d][2 * hr] * inv, acc_o[s][d][2 * hr + 1] * inv);
-        }
-        if (p.lse != nullptr && t == 0)
-          p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + row * p.lse_stride[2]] =
+        for (int d = 0; d < kDB; ++d)
+          *reinterpret_cast<uint32_t*>(sO + r * kStride + d * 8 + 2 * t) =
+              pack2<T>(acc_o[s][d][2 * hr] * inv, acc_o[s][d][2 * hr + 1] * inv);
+        if (p.lse != nullptr && t == 0 && row0 + r < p.seqlen_q)
+          p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + (row0 + r) * p.lse_stride[2]] =
               seen ? (row_max[s][hr] * p.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+      }
+    __syncwarp();
+    constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+#pragma unroll
+    for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+      for (int i = lane; i < 16 * kChunks; i += 32) {
+        const int r = slice_row<Traits>(s) + i / kChunks, c = i % kChunks;
+        if (row0 + r < p.seqlen_q && c * 8 < p.head_dim)
+          *reinterpret_cast<uint4*>(o_head + (row0 + r) * p.o_stride[1] + c * 8) =
+              *reinterpret_cast<const uint4*>(sO + r * kStride + c * 8);
       }
   }
 }

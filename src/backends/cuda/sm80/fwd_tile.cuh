@@ -15,16 +15,37 @@
 namespace flashtile::cuda::sm80 {
 
 // Copies rows [row0, row0 + kRows) of one head into shared memory; rows past `rows_valid` and columns past
-// `cols_valid` become zeros (so padded head dims and sequence ends contribute nothing).
+// `cols_valid` become zeros (so padded head dims and sequence ends contribute nothing). The trip count is a
+// compile-time constant, so the loop unrolls: a rolled loop cost ~30 instructions per 16-byte copy, a third of
+// the forward's instruction stream (docs/perf-log.md, v5).
 template <typename Traits, int kRows, typename T>
 __device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int64_t row_stride, int row0,
                                                 int rows_valid, int cols_valid) {
   constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
-  for (int i = threadIdx.x; i < kRows * kChunks; i += Traits::kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    const bool valid = row0 + r < rows_valid && c * 8 < cols_valid;
-    const T* src = valid ? head_base + (row0 + r) * row_stride + c * 8 : head_base;
-    cp_async_16(smem + r * Traits::kRowStride + c * 8, src, valid ? 16 : 0);
+  constexpr int kThreads = Traits::kThreads, kTotal = kRows * kChunks;
+  if constexpr (kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0) {
+    // One pass of the CTA covers kRowsPerPass whole rows, so each thread keeps its column and steps down.
+    constexpr int kRowsPerPass = kThreads / kChunks;
+    const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+    const bool col_valid = c * 8 < cols_valid;
+    const T* src = head_base + (row0 + r) * row_stride + c * 8;
+    const int64_t src_step = kRowsPerPass * row_stride;
+    T* dst = smem + r * Traits::kRowStride + c * 8;
+#pragma unroll
+    for (int j = 0; j < kRows / kRowsPerPass; ++j, src += src_step) {
+      const bool valid = col_valid && row0 + r + j * kRowsPerPass < rows_valid;
+      cp_async_16(dst + j * kRowsPerPass * Traits::kRowStride, valid ? src : head_base, valid ? 16 : 0);
+    }
+  } else {  // head dims whose row of chunks does not divide the thread count (96, 192)
+#pragma unroll
+    for (int j = 0; j < (kTotal + kThreads - 1) / kThreads; ++j) {
+      const int i = threadIdx.x + j * kThreads;
+      if (kTotal % kThreads != 0 && i >= kTotal) break;
+      const int r = i / kChunks, c = i % kChunks;
+      const bool valid = row0 + r < rows_valid && c * 8 < cols_valid;
+      const T* src = valid ? head_base + (row0 + r) * row_stride + c * 8 : head_base;
+      cp_async_16(smem + r * Traits::kRowStride + c * 8, src, valid ? 16 : 0);
+    }
   }
 }
 
@@ -63,18 +84,24 @@ __device__ __forceinline__ void tile_scores(const T* sQ, const T* sK,
   }
 }
 
-// Softcap, then the mask, on a tile of scores; hidden scores become -inf. Rows are queries [row0, row0 + kBlockM)
-// and columns keys [col0, col0 + kBlockN); with kKeysAsRows (the backward's S^T = K Q^T) rows are keys and
-// columns queries. The mask code runs only when some query of the tile (up to last_query, the last real one)
-// does not see some key of it.
-template <typename Traits, bool kSoftcap, bool kKeysAsRows = false>
-__device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0, int col0, int last_query,
-                                             float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4]) {
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+// Whether every query of a tile (up to last_query, the last real one) sees every key of it, so the tile needs no
+// mask. Rows are queries [row0, row0 + kBlockM) and columns keys [col0, col0 + kBlockN); with kKeysAsRows (the
+// backward's S^T = K Q^T) rows are keys and columns queries.
+template <typename Traits, bool kKeysAsRows = false>
+__device__ __forceinline__ bool tile_fully_visible(const FwdKernelParams& p, int row0, int col0, int last_query) {
   const int query0 = kKeysAsRows ? col0 : row0, key0 = kKeysAsRows ? row0 : col0;
   const int keys = kKeysAsRows ? Traits::kBlockM : Traits::kBlockN;
-  const bool full_tile = last_query + p.key_offset - p.window_left <= key0 &&
-                         query0 + p.key_offset + p.window_right >= key0 + keys - 1 && key0 + keys <= p.seqlen_k;
+  return last_query + p.key_offset - p.window_left <= key0 &&
+         query0 + p.key_offset + p.window_right >= key0 + keys - 1 && key0 + keys <= p.seqlen_k;
+}
+
+// Softcap, then (kMasked) the mask, on a tile of scores; hidden scores become -inf. Callers pick kMasked with
+// tile_fully_visible and instantiate both: a runtime test inside was if-converted by the compiler into ~260
+// predicated instructions issued on every tile (docs/perf-log.md, v6).
+template <typename Traits, bool kSoftcap, bool kMasked, bool kKeysAsRows = false>
+__device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0, int col0,
+                                             float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4]) {
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 #pragma unroll
   for (int s = 0; s < Traits::kMSlices; ++s)
 #pragma unroll
@@ -83,7 +110,7 @@ __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0,
       for (int e = 0; e < 4; ++e) {
         float x = acc_s[s][n][e];
         if (kSoftcap) x = p.softcap * tanhf(x * p.scale_over_cap);
-        if (!full_tile) {
+        if (kMasked) {
           const int row = row0 + slice_row<Traits>(s) + g + (e / 2) * 8;
           const int col = col0 + n * 8 + 2 * t + e % 2;
           const int query = kKeysAsRows ? col : row, key = kKeysAsRows ? row : col;
@@ -93,6 +120,16 @@ __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0,
         }
         acc_s[s][n][e] = x;
       }
+}
+
+// The same with the choice made at run time, for kernels whose masked and unmasked tiles share one code path.
+template <typename Traits, bool kSoftcap, bool kKeysAsRows = false>
+__device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0, int col0, int last_query,
+                                             float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4]) {
+  if (tile_fully_visible<Traits, kKeysAsRows>(p, row0, col0, last_query))
+    cap_and_mask<Traits, kSoftcap, false, kKeysAsRows>(p, row0, col0, acc_s);
+  else
+    cap_and_mask<Traits, kSoftcap, true, kKeysAsRows>(p, row0, col0, acc_s);
 }
 
 // acc_o += P V: P from the probabilities in acc_s (their layout is the A fragment's), V from one tile sV
