@@ -3,7 +3,8 @@
 #   build-device/  a build whose binaries need no OpenBLAS installed: OpenBLAS linked statically into
 #                  libflashtile.so, which the tool and the tests share (one copy keeps the carry under 64 MiB),
 #                  kernels for sm_90a only (the H200)
-#   .device/       what else travels: peers.py from ../shared/bench, and libgomp
+#   .device/       what else travels: peers.py from ../shared/bench, libgomp, and (with WHEEL=1) a flashtile wheel
+#                  with the CUDA kernels and OpenBLAS inside, for `pip install` there (gpu_round.sh install)
 # Then call the device tool with carry [build-device/libflashtile.so.0.1.0, build-device/libflashtile.so.0,
 # build-device/tools/flashtile, build-device/cuda_forward_test, build-device/cuda_backward_test, .device]
 # and run scripts/gpu_round.sh.
@@ -20,4 +21,9 @@ done
 mkdir -p .device/lib
 cp ../shared/bench/peers.py .device/peers.py
 cp "$(g++ -print-file-name=libgomp.so.1)" .device/lib/
+if [ "${WHEEL:-0}" = 1 ]; then  # py3-none wheel (ctypes): built with 3.11 here, installs on the GPU machine's 3.12
+  rm -f .device/flashtile-*.whl
+  python3 -m pip wheel --no-deps -w .device . -Ccmake.define.FLASHTILE_ENABLE_CUDA=ON \
+    -Ccmake.define.FLASHTILE_CUDA_ARCHS=90a -Ccmake.define.FLASHTILE_STATIC_BLAS=ON -Cbuild-dir=build-wheel
+fi
 du -shL build-device/libflashtile.so.0.1.0 build-device/tools/flashtile build-device/cuda_*_test .device

@@ -7,6 +7,7 @@
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
 #   6. grid A forward and backward on the GPU (bf16, fp16); peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
+#   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
 #   overhead: the Python layers' per-call cost at B=1, S=128 beside the C++ call (bench/python_overhead.py);
@@ -86,6 +87,15 @@ torch.cuda.synchronize()" > "$out/ncu-fa2.txt" 2>&1 || status=1
     "$out/ncu-flashtile.txt" "$out/ncu-fa2.txt"
 fi
 
+if want install; then  # the wheel from `WHEEL=1 scripts/device_prepare.sh`, installed as a user would, then the suite
+  echo "== pip install .device/flashtile-*.whl, import, pytest against the installed copy"
+  python3 -m pip install -q --no-index --no-deps --force-reinstall .device/flashtile-*.whl 2>&1 | tail -2
+  (cd /tmp && python3 -c "import flashtile, flashtile.torch_api; print('import flashtile', flashtile.__version__)") \
+    2>&1 | tee "$out/install.txt" || status=1
+  (cd /tmp && FLASHTILE_TEST_INSTALLED=1 timeout 400 python3 -m pytest -q -rs "$OLDPWD/tests/python" 2>&1) \
+    | tee -a "$out/install.txt" | tail -6 || status=1
+fi
+
 if want python; then  # the Python suite with torch (and transformers) against this build's library
   echo "== pytest tests/python (torch, CUDA)"
   FLASHTILE_LIBRARY=$PWD/build-device/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python timeout 400 \
@@ -107,7 +117,7 @@ fi
 
 if want benchA; then
   echo "== flashtile bench --grid A (GPU, forward and backward)"
-  timeout 300 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --backward --repeats 20 --verify-rows 4 \
+  timeout 420 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --backward --repeats 20 --verify-rows 4 \
     --out "$out/flashtile-grid-A.jsonl" 2>/dev/null | tail -75 || status=1
 fi
 if want peersA; then  # the peers alone on grid A (the `peers` stage below measures them too, beside flashtile)

@@ -175,7 +175,8 @@ struct Result {
   std::string row_key;  // dtype, shape and mask: the table's row
   Backend backend = Backend::kAuto;
   double fwd_ms = NAN, fwd_tflops = NAN, bwd_ms = NAN, bwd_tflops = NAN;
-  bool failed = false;
+  bool failed = false;       // the case (forward, or a backward that should have run) failed
+  std::string bwd_missing;   // why the backward column is empty: "unsupported" (the library refused), "failed"
 };
 
 std::string fixed(double v, int digits) {
@@ -184,9 +185,6 @@ std::string fixed(double v, int digits) {
   std::snprintf(buf, sizeof buf, "%.*f", digits, v);
   return buf;
 }
-
-// Three significant digits or more for a time in ms: "3.01", "81.2", "812".
-int digits_for(double ms) { return ms < 10 ? 2 : ms < 100 ? 1 : 0; }
 
 // Times forward calls (`call`: one warm-up, then `repeats`) on pl and checks `verify_rows` sampled rows of the
 // output against the float64 oracle, recording both in r, rec and the progress line. False when a call failed.
@@ -205,7 +203,7 @@ bool measure_forward(const Placement& pl, const verify::Case& c, const std::func
   rec->number("fwd_ms", r->fwd_ms).number("fwd_tflops", r->fwd_tflops).integer("repeats", repeats);
   if (fwd.extra_bytes >= 0) rec->number("extra_mib", static_cast<double>(fwd.extra_bytes) / (1 << 20));
   if (pl.on_device) rec->integer("input_sets", static_cast<int64_t>(pl.sets.size()));
-  std::fprintf(stderr, "%s ms (%.3f TFLOP/s)", fixed(r->fwd_ms, digits_for(r->fwd_ms)).c_str(), r->fwd_tflops);
+  std::fprintf(stderr, "%s ms (%.3f TFLOP/s)", format_ms(r->fwd_ms).c_str(), r->fwd_tflops);
 
   if (verify_rows > 0) {
     // A wrong fast kernel must not make a fast table. sample_rows gives the first and last rows and `count` more.
@@ -250,11 +248,13 @@ std::string table(const std::vector<Result>& results, const std::vector<Backend>
     for (Backend b : backends) {
       const auto it = cell.find({row, b});
       const Result* r = it == cell.end() ? nullptr : it->second;
-      if (!r || r->failed) s << " failed |";
-      else s << " " << fixed(r->fwd_tflops, 3) << " (" << fixed(r->fwd_ms, digits_for(r->fwd_ms)) << ") |";
+      const bool fwd_ok = r && std::isfinite(r->fwd_ms) && !(r->failed && r->bwd_missing.empty());
+      if (!fwd_ok) s << " failed |";
+      else s << " " << fixed(r->fwd_tflops, 3) << " (" << format_ms(r->fwd_ms) << ") |";
       if (with_backward && b != Backend::kCpuFlash1) {
-        if (!r || r->failed) s << " failed |";
-        else s << " " << fixed(r->bwd_tflops, 3) << " (" << fixed(r->bwd_ms, digits_for(r->bwd_ms)) << ") |";
+        if (!fwd_ok) s << " failed |";
+        else if (!r->bwd_missing.empty()) s << " " << r->bwd_missing << " |";
+        else s << " " << fixed(r->bwd_tflops, 3) << " (" << format_ms(r->bwd_ms) << ") |";
       }
     }
     if (ratio) {
@@ -303,7 +303,7 @@ std::string ablation_table(const std::vector<AblationRow>& rows) {
     for (size_t i = 0; i < kAblationColumns; ++i) {
       const Result& r = row.cells[i];
       if (r.failed) s << " failed |";
-      else s << " " << fixed(r.fwd_tflops, 1) << " (" << fixed(r.fwd_ms, digits_for(r.fwd_ms)) << ") |";
+      else s << " " << fixed(r.fwd_tflops, 1) << " (" << format_ms(r.fwd_ms) << ") |";
       if (i > 0) s << " " << (r.failed || v2.failed ? "-" : fixed(r.fwd_tflops / v2.fwd_tflops, 2) + "x") << " |";
     }
     s << "\n";
@@ -561,12 +561,17 @@ int bench_command(const std::vector<std::string>& args) {
               r.bwd_ms = bwd.median_ms();
               r.bwd_tflops = 2.5 * headline_flops(c.problem) / r.bwd_ms / 1e9;
               rec.number("bwd_ms", r.bwd_ms).number("bwd_tflops", r.bwd_tflops);
-              std::fprintf(stderr, ", bwd %s ms (%.3f TFLOP/s)", fixed(r.bwd_ms, digits_for(r.bwd_ms)).c_str(),
+              std::fprintf(stderr, ", bwd %s ms (%.3f TFLOP/s)", format_ms(r.bwd_ms).c_str(),
                            r.bwd_tflops);
             } else if (backend == Backend::kCpuFlash1) {
               rec.text("bwd_error", s.message);  // expected: the FA1 schedule is forward-only
+            } else if (s.code == StatusCode::kUnsupported) {  // e.g. the CUDA backward's head dims: not a failure
+              r.bwd_missing = "unsupported";
+              rec.text("bwd_error", s.message);
+              std::fprintf(stderr, ", backward unsupported: %s", s.message.c_str());
             } else {
               r.failed = true;
+              r.bwd_missing = "failed";
               rec.text("bwd_error", s.message);
               std::fprintf(stderr, ", backward error: %s", s.message.c_str());
             }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -259,6 +260,14 @@ std::string format_flops(double flops) {
   char buf[32];
   if (flops >= 1e12) std::snprintf(buf, sizeof buf, "%.2f TFLOP", flops / 1e12);
   else std::snprintf(buf, sizeof buf, "%.2f GFLOP", flops / 1e9);
+  return buf;
+}
+
+std::string format_ms(double ms) {
+  if (!std::isfinite(ms)) return "-";
+  const int digits = ms < 0.01 ? 5 : ms < 0.1 ? 4 : ms < 1 ? 3 : ms < 10 ? 2 : ms < 100 ? 1 : 0;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, ms);
   return buf;
 }
 

@@ -33,8 +33,8 @@ void print_memory(const Timing& t, const char* first_call_note) {
 // "812.3 ms median of 5 (min .., max ..; warm-up ..)" then TFLOP/s by the headline and the exact count.
 void print_timing(const char* what, const Timing& t, double headline, double exact, const std::string& model) {
   const double ms = t.median_ms();
-  std::printf("  %-8s %.1f ms, median of %zu (min %.1f, max %.1f; warm-up %.1f)\n", what, ms, t.ms.size(),
-              t.min_ms(), t.max_ms(), t.first_ms);
+  std::printf("  %-8s %s ms, median of %zu (min %s, max %s; warm-up %s)\n", what, format_ms(ms).c_str(), t.ms.size(),
+              format_ms(t.min_ms()).c_str(), format_ms(t.max_ms()).c_str(), format_ms(t.first_ms).c_str());
   const double diff = 100.0 * (exact - headline) / headline;
   std::printf("           %.3f TFLOP/s by the headline count %s = %s", headline / ms / 1e9, model.c_str(),
               format_flops(headline).c_str());

@@ -163,8 +163,8 @@ Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdK
   *kernel = sm80::find_bwd(p.dtype, static_cast<int>(p.head_dim));
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
-                       ": this build has no CUDA backward kernel for it (the sm80 backward is built with "
-                       "-DFLASHTILE_CUDA_BACKWARD=ON; see also FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES)");
+                       ": this build has no CUDA backward kernel for it (it was configured with "
+                       "-DFLASHTILE_CUDA_BACKWARD=OFF, or FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES leave it out)");
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
