@@ -55,7 +55,7 @@ template cudaError_t launch_bwd<${cpp_type_${dt}}, ${hd}>(const BwdKernelParams&
 }  // namespace flashtile::cuda::sm80
 " @ONLY)
         list(APPEND sources ${file})
-        string(APPEND bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, BwdTraits<${hd}>::kBlockM, BwdTraits<${hd}>::kBlockM, bwd_smem_bytes<BwdTraits<${hd}>>()},\n")
+        string(APPEND bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, BwdTraits<${hd}>::kBlockM, BwdTraits<${hd}>::kBlockM, bwd_smem_bytes<BwdTraits<${hd}>, true>()},\n")
       endif()
     endforeach()
   endforeach()

@@ -1,29 +1,33 @@
 #!/usr/bin/env bash
 # Prepares a GPU round on this machine (the GPU machine has no package registry, so it gets binaries):
 #   build-device/  a build whose binaries need no OpenBLAS installed: OpenBLAS linked statically into
-#                  libflashtile.so, which the tool and the tests share (one copy keeps the carry under 64 MiB),
-#                  kernels for sm_90a only (the H200)
-#   .device/       what else travels: peers.py from ../shared/bench, libgomp, and (with WHEEL=1) a flashtile wheel
-#                  with the CUDA kernels and OpenBLAS inside, for `pip install` there (gpu_round.sh install)
-# Then call the device tool with carry [build-device/libflashtile.so.0.1.0, build-device/libflashtile.so.0,
-# build-device/tools/flashtile, build-device/cuda_forward_test, build-device/cuda_backward_test, .device]
-# and run scripts/gpu_round.sh.
+#                  libflashtile.so, which the tool and the tests share, kernels for sm_90a only (the H200);
+#                  plus the GPU test binaries and the tile harness (bench/kernels/sm80_fwd_tiles.cu)
+#   .device/       what else travels: libflashtile.so xz-compressed (52 MB -> ~7 MB: the carry limit is 64 MiB;
+#                  gpu_round.sh unpacks it), peers.py from ../shared/bench, libgomp, and a flashtile wheel with
+#                  the CUDA kernels and OpenBLAS inside, for `pip install` there (gpu_round.sh install)
+# Then call the device tool with carry [build-device/tools/flashtile, build-device/cuda_forward_test,
+# build-device/cuda_backward_test, build-device/sm80_fwd_tiles, .device] and run scripts/gpu_round.sh.
+# WHEEL=0 skips the wheel (its own incremental build in build-wheel/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh build-device -DFLASHTILE_STATIC_BLAS=ON -DFLASHTILE_ENABLE_CUDA=ON -DFLASHTILE_CUDA_BACKWARD=ON -DFLASHTILE_CUDA_ARCHS=90a \
-  -DFLASHTILE_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=ON "$@"
+scripts/setup.sh build-device -DFLASHTILE_STATIC_BLAS=ON -DFLASHTILE_ENABLE_CUDA=ON -DFLASHTILE_CUDA_BACKWARD=ON \
+  -DFLASHTILE_CUDA_ARCHS=90a -DFLASHTILE_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=ON "$@"
 # The GPU test binaries (tests/backends/cuda), linked against the library above.
 for t in forward backward; do
   g++ -std=c++20 -O2 -fopenmp "tests/backends/cuda/${t}_test.cpp" -Isrc -Iinclude build-device/libflashtile_verify.a \
     -Lbuild-device -lflashtile -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lgtest -lgtest_main -lpthread \
     -o "build-device/cuda_${t}_test"
 done
+nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/kernels/sm80_fwd_tiles.cu \
+  -o build-device/sm80_fwd_tiles
 mkdir -p .device/lib
+xz -T2 -6 -c build-device/libflashtile.so.0.1.0 > .device/libflashtile.so.0.1.0.xz
 cp ../shared/bench/peers.py .device/peers.py
 cp "$(g++ -print-file-name=libgomp.so.1)" .device/lib/
-if [ "${WHEEL:-0}" = 1 ]; then  # py3-none wheel (ctypes): built with 3.11 here, installs on the GPU machine's 3.12
+if [ "${WHEEL:-1}" = 1 ]; then  # py3-none wheel (ctypes): built with 3.11 here, installs on the GPU machine's 3.12
   rm -f .device/flashtile-*.whl
-  python3 -m pip wheel --no-deps -w .device . -Ccmake.define.FLASHTILE_ENABLE_CUDA=ON \
+  python3 -m pip wheel -q --no-deps -w .device . -Ccmake.define.FLASHTILE_ENABLE_CUDA=ON \
     -Ccmake.define.FLASHTILE_CUDA_ARCHS=90a -Ccmake.define.FLASHTILE_STATIC_BLAS=ON -Cbuild-dir=build-wheel
 fi
-du -shL build-device/libflashtile.so.0.1.0 build-device/tools/flashtile build-device/cuda_*_test .device
+du -shL build-device/tools/flashtile build-device/cuda_*_test build-device/sm80_fwd_tiles .device

@@ -5,7 +5,7 @@
 #   3. `flashtile run` on the best backend present, verified against the oracle;
 #   4. `flashtile bench --grid C` on all CPU cores (FA2 and FA1 schedules);
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
-#   6. grid A forward and backward on the GPU (bf16, fp16); peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
+#   6. grid A forward and backward on the GPU (bf16, fp16), benchAdet: the backward's deterministic mode; peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
@@ -18,6 +18,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}
 mkdir -p "$out"
+if [ .device/libflashtile.so.0.1.0.xz -nt build-device/libflashtile.so.0.1.0 ]; then  # packed by device_prepare.sh
+  python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+    .device/libflashtile.so.0.1.0.xz build-device/libflashtile.so.0.1.0
+  ln -sf libflashtile.so.0.1.0 build-device/libflashtile.so.0
+fi
 export LD_LIBRARY_PATH=$PWD/build-device:$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 bin=build-device/tools/flashtile
 stages=${*:-tests sanitize python run check ablation benchC benchA peersA}
@@ -119,6 +124,11 @@ if want benchA; then
   echo "== flashtile bench --grid A (GPU, forward and backward)"
   timeout 420 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --backward --repeats 20 --verify-rows 4 \
     --out "$out/flashtile-grid-A.jsonl" 2>/dev/null | tail -75 || status=1
+fi
+if want benchAdet; then  # the backward's deterministic mode on grid A, to set against benchA's default mode
+  echo "== flashtile bench --grid A --backward --deterministic (GPU, bf16)"
+  timeout 300 $bin bench --grid A --backends cuda-sm80 --dtype bf16 --backward --deterministic --repeats 10 \
+    --verify-rows 2 --out "$out/flashtile-grid-A-deterministic.jsonl" 2>/dev/null | tail -40 || status=1
 fi
 if want peersA; then  # the peers alone on grid A (the `peers` stage below measures them too, beside flashtile)
   echo "== peers.py --grids A"

@@ -85,7 +85,9 @@ struct BackwardParams {
   Tensor q, k, v, out, lse, dout;  // out and lse need not come from flashtile (SPEC.md, Backward)
   Tensor dq, dk, dv;               // written; for GQA, dk/dv are summed over the query heads of a group
   AttentionOptions options;
-  bool deterministic = false;      // bitwise-identical gradients across runs (the CPU backends always are)
+  bool deterministic = false;      // bitwise-identical gradients across runs. The CPU backends always are; on
+                                   // CUDA the default adds dQ with fp32 atomics (order varies) and this flag
+                                   // recomputes S and dP per query block instead (slower, no atomics)
   Backend backend = Backend::kAuto;
   int32_t num_threads = 0;
   void* stream = nullptr;
@@ -101,7 +103,8 @@ Status backward(const BackwardParams& params);
 Status select_forward_backend(const ForwardParams& params, Backend* chosen);
 Status select_backward_backend(const BackwardParams& params, Backend* chosen);
 
-// Bytes of caller-provided workspace a backward call needs (0 for the CPU backends).
+// Bytes of caller-provided workspace a backward call needs (0 for the CPU backends). On CUDA: 4 bytes per query
+// row (D = rowsum(dO * O)), plus, unless deterministic, the fp32 dQ accumulator (4 * head_dim bytes per row).
 Status backward_workspace_size(const BackwardParams& params, size_t* bytes);
 
 const char* backend_name(Backend backend);

@@ -93,7 +93,7 @@ Status backward_workspace_size(const BackwardParams& params, size_t* bytes) {
   if (Status s = validate_backward(params, &p); !s.ok()) return s;
   Backend chosen = Backend::kAuto;
   if (Status s = select(params, p, true, &chosen); !s.ok()) return s;
-  *bytes = is_cpu_backend(chosen) ? 0 : cuda::backward_workspace_size(p, chosen);
+  *bytes = is_cpu_backend(chosen) ? 0 : cuda::backward_workspace_size(p, chosen, params.deterministic);
   return {};
 }
 

@@ -207,6 +207,7 @@ std::string Problem::describe() const {
   if (!std::isnan(options.softmax_scale)) s << " scale" << options.softmax_scale;
   s << (layout == Layout::kContiguous ? "" : layout == Layout::kHeadsFirst ? " bhsd-view" : " padded");
   s << (inputs == Inputs::kPeaked ? " peaked" : "");
+  s << (deterministic ? " deterministic" : "");
   return s.str();
 }
 
@@ -249,6 +250,7 @@ BackwardParams Case::backward_params(Backend backend) const {
   b.q = q.view(), b.k = k.view(), b.v = v.view(), b.out = out.view(), b.lse = lse.view(), b.dout = dout.view();
   b.dq = dq.view(), b.dk = dk.view(), b.dv = dv.view();
   b.options = problem.options;
+  b.deterministic = problem.deterministic;
   b.backend = backend;
   return b;
 }

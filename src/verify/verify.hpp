@@ -75,6 +75,7 @@ struct Problem {
   AttentionOptions options;
   Layout layout = Layout::kContiguous;
   Inputs inputs = Inputs::kNormal;
+  bool deterministic = false;  // BackwardParams::deterministic
   std::string describe() const;  // "B1 Sq128 Sk128 H2/2 D64/64 bfloat16 causal ..." for failure messages
 };
 

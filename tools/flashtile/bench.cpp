@@ -377,7 +377,7 @@ int ablation_sweep(std::ofstream& out, const std::string& out_path, const std::s
 
 int bench_command(const std::vector<std::string>& args) {
   std::string grid_name, shapes_text, out_path, backends_text, dtypes_text, causal_text;
-  bool compare_schedules = false, with_backward = false, ablation = false;
+  bool compare_schedules = false, with_backward = false, deterministic = false, ablation = false;
   int64_t repeats = -1, verify_rows = 16;  // repeats -1: kHostRepeats or kDeviceRepeats, where a case runs
   int32_t threads = 0;
 
@@ -406,6 +406,8 @@ int bench_command(const std::vector<std::string>& args) {
          [&](const std::string& v) { threads = static_cast<int32_t>(parse_int("--threads", v, 0, 4096)); }});
   o.flag("--backward", "", "also time the backward (bwd_ms, bwd_tflops; cpu-flash1 has none)",
          [&] { with_backward = true; });
+  o.flag("--deterministic", "", "with --backward: bitwise-reproducible gradients (CUDA: no dQ atomics), to time "
+         "what that mode costs", [&] { deterministic = true; });
   o.add({"--verify-rows", "", "N",
          "rows per case checked against the float64 oracle, first and last included; 0 = no check [16]",
          [&](const std::string& v) { verify_rows = parse_int("--verify-rows", v, 0, 1000000); }});
@@ -414,9 +416,9 @@ int bench_command(const std::vector<std::string>& args) {
   o.add_note("TFLOP/s use the headline count 4*B*H*S*S*D, halved for causal (backward: 2.5x), as peers.py does.\n"
              "JSON fields: kind (\"cpu\", or \"attn\" for CUDA backends), grid, impl (flashtile-cpu = cpu-flash2,\n"
              "flashtile-cpu-fa1 = cpu-flash1), threads, dtype, B, S, H, Hkv, D, causal, ms, tflops, fwd_ms,\n"
-             "fwd_tflops, extra_mib (peak extra memory of a call), input_sets (GPU), verified, and bwd_ms, bwd_tflops\n"
-             "with --backward. On a GPU, calls are timed with CUDA events, and inputs smaller than L2 are rotated\n"
-             "among copies (input_sets) so that no call finds them in L2 (BENCHMARKS.md).");
+             "fwd_tflops, extra_mib (peak extra memory of a call), input_sets (GPU), verified, and bwd_ms, bwd_tflops,\n"
+             "deterministic with --backward. On a GPU, calls are timed with CUDA events, and inputs smaller than L2\n"
+             "are rotated among copies (input_sets) so that no call finds them in L2 (BENCHMARKS.md).");
   o.add_note("--ablation: grid A's D=128 shapes at S = 512, 2k, 8k, causal and not, bf16, through the sm80 v2\n"
              "kernel (impl flashtile-sm80-v2), v2 renormalising O after every K/V block as FA1 does\n"
              "(flashtile-sm80-v2-rescale-every-step), and v2 with one CTA per (batch, head) walking all its query\n"
@@ -437,7 +439,7 @@ int bench_command(const std::vector<std::string>& args) {
 
   if (ablation) {
     if (!grid_name.empty() || !shapes_text.empty() || !backends_text.empty() || !dtypes_text.empty() ||
-        !causal_text.empty() || compare_schedules || with_backward)
+        !causal_text.empty() || compare_schedules || with_backward || deterministic)
       throw UsageError("--ablation runs its own sweep; it takes only --repeats, --verify-rows and --out");
     if (!cuda_backend_compiled()) {
       std::fprintf(stderr, "flashtile bench: --ablation times the sm80 kernels and needs a CUDA build "
@@ -519,6 +521,7 @@ int bench_command(const std::vector<std::string>& args) {
       problem.heads_q = sh.heads, problem.heads_kv = sh.heads_kv;
       problem.head_dim = problem.head_dim_v = sh.head_dim;
       problem.dtype = dtype;
+      problem.deterministic = deterministic;
       // One set of inputs per shape and dtype, shared by its masks and backends: making them costs more than
       // a small case's timing.
       verify::Case c = verify::Case::make(problem, seed, with_backward);
@@ -546,6 +549,7 @@ int bench_command(const std::vector<std::string>& args) {
           if (!note.empty()) rec.text("note", note);  // why auto passed a CUDA device over
           rec.text("dtype", dtype_name(dtype)).integer("B", sh.batch).integer("S", sh.seqlen).integer("H", sh.heads);
           rec.integer("Hkv", sh.heads_kv).integer("D", sh.head_dim).boolean("causal", causal);
+          if (with_backward) rec.boolean("deterministic", deterministic);
 
           if (!placed.ok()) {
             r.failed = true;

@@ -1,5 +1,5 @@
 // What the CUDA backward kernels need: the forward's view of q, k, v, o, lse and the mask (FwdKernelParams),
-// plus the gradients' tensors and the per-row D = rowsum(dO * O) workspace.
+// plus the gradients' tensors and the workspace (D = rowsum(dO * O); the fp32 dQ accumulator unless deterministic).
 #pragma once
 
 #include <cstdint>
@@ -17,12 +17,14 @@ struct BwdKernelParams {
   int64_t dout_stride[3], dq_stride[3], dk_stride[3], dv_stride[3];  // batch, row, head
   int heads_kv;
   float scale;   // the softmax scale itself: dS carries it into dQ and dK
-  float* delta;  // workspace: D = rowsum(dO * O), (batch, heads_q, seqlen_q) dense
-  int n_blocks;  // key blocks per (batch, K/V head)
+  float* delta;     // workspace: D = rowsum(dO * O), (batch, heads_q, seqlen_q) dense
+  float* dq_accum;  // workspace, default mode: dQ in fp32, (batch, heads_q, seqlen_q, head_dim) dense;
+                    // nullptr in deterministic mode
+  int n_blocks;     // key blocks per (batch, K/V head)
 };
 
 // Resolves a validated backward call (bwd_kernel_params for the sm80 kernels, cuda_backend.cpp).
 BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& problem, int block_m, int block_n,
-                                float* delta);
+                                float* delta, float* dq_accum);
 
 }  // namespace flashtile::cuda

@@ -251,7 +251,7 @@ Status forward(const ForwardParams& params, const Problem& p, Backend) {
 }
 
 BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& problem, int block_m, int block_n,
-                                float* delta) {
+                                float* delta, float* dq_accum) {
   ForwardParams f;
   f.q = params.q, f.k = params.k, f.v = params.v, f.out = params.out, f.lse = params.lse;
   Problem with_lse = problem;
@@ -266,12 +266,15 @@ BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& pro
   k.heads_kv = static_cast<int>(problem.heads_kv);
   k.scale = problem.scale;
   k.delta = delta;
+  k.dq_accum = dq_accum;
   k.n_blocks = static_cast<int>((problem.seqlen_k + block_n - 1) / block_n);
   return k;
 }
 
-size_t backward_workspace_size(const Problem& p, Backend) {
-  return static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q) * sizeof(float);  // D = rowsum(dO * O)
+// D = rowsum(dO * O), one float per query row; then, unless deterministic, the fp32 dQ accumulator.
+size_t backward_workspace_size(const Problem& p, Backend, bool deterministic) {
+  const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
+  return static_cast<size_t>(rows + (deterministic ? 0 : rows * p.head_dim)) * sizeof(float);
 }
 
 Status backward(const BackwardParams& params, const Problem& p, Backend backend) {
@@ -280,7 +283,7 @@ Status backward(const BackwardParams& params, const Problem& p, Backend backend)
   if (Status s = device_info(params.q.device_index, &prop); !s.ok()) return s;
   if (Status s = select_sm80_backward(p, *prop, &kernel); !s.ok()) return s;
   if (p.batch == 0) return {};
-  const size_t need = backward_workspace_size(p, backend);
+  const size_t need = backward_workspace_size(p, backend, params.deterministic);
   if (params.workspace != nullptr && params.workspace_size < need)
     return invalid_argument("workspace: " + std::to_string(params.workspace_size) + " bytes given, " +
                             std::to_string(need) + " needed (backward_workspace_size)");
@@ -290,7 +293,9 @@ Status backward(const BackwardParams& params, const Problem& p, Backend backend)
   if (delta == nullptr && need > 0)
     if (cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&delta), need, stream); err != cudaSuccess)
       return {StatusCode::kOutOfMemory, std::string("backward workspace: ") + cudaGetErrorString(err)};
-  const cudaError_t err = kernel.launch(make_bwd_params(params, p, kernel.block_m, kernel.block_n, delta), stream);
+  float* dq_accum = params.deterministic ? nullptr : delta + p.batch * p.heads_q * p.seqlen_q;
+  const cudaError_t err =
+      kernel.launch(make_bwd_params(params, p, kernel.block_m, kernel.block_n, delta, dq_accum), stream);
   if (params.workspace == nullptr && delta != nullptr) cudaFreeAsync(delta, stream);
   if (err != cudaSuccess) return device_error("sm80 backward launch", err);
   return {};

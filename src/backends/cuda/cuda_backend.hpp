@@ -16,6 +16,6 @@ Status select(const BackwardParams& params, const Problem& problem, bool backwar
 // Run a call select() accepted (the dispatcher always selects first).
 Status forward(const ForwardParams& params, const Problem& problem, Backend backend);
 Status backward(const BackwardParams& params, const Problem& problem, Backend backend);
-size_t backward_workspace_size(const Problem& problem, Backend backend);
+size_t backward_workspace_size(const Problem& problem, Backend backend, bool deterministic);
 
 }  // namespace flashtile::cuda

@@ -16,6 +16,6 @@ Status select(const ForwardParams&, const Problem&, bool, Backend*) { return not
 Status select(const BackwardParams&, const Problem&, bool, Backend*) { return not_built(); }
 Status forward(const ForwardParams&, const Problem&, Backend) { return not_built(); }
 Status backward(const BackwardParams&, const Problem&, Backend) { return not_built(); }
-size_t backward_workspace_size(const Problem&, Backend) { return 0; }
+size_t backward_workspace_size(const Problem&, Backend, bool) { return 0; }
 
 }  // namespace flashtile::cuda

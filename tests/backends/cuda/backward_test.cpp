@@ -1,5 +1,6 @@
 // The CUDA backward (sm80 kernels) against the float64 oracle with the TESTING.md rule (3x the same-precision
-// baseline for dQ, dK, dV). Without a usable GPU every test reports itself skipped, with the reason.
+// baseline for dQ, dK, dV), in the default mode (dQ by fp32 atomics) and the deterministic one. Without a usable
+// GPU every test reports itself skipped, with the reason.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -74,9 +75,27 @@ TEST_F(CudaBackward, RowsAndKeysNobodySees) {
   expect_pass(p, 13001);
 }
 
-// Gradients are bitwise equal across reruns: no kernel adds into another's output.
+// Deterministic mode (no atomics: S and dP recomputed per query block) over the same kinds of problems.
+TEST_F(CudaBackward, DeterministicModeMatchesOracle) {
+  uint64_t seed = 16000;
+  for (int64_t d : {40, 128}) {
+    Problem p = make_problem(2, 129, 97, 4, 2, d, seed % 2 ? DType::kBFloat16 : DType::kFloat16);
+    p.deterministic = true;
+    p.options.causal = d == 40;
+    p.options.softcap = d == 128 ? 20.0f : 0.0f;
+    p.layout = d == 128 ? Layout::kPadded : Layout::kContiguous;
+    expect_pass(p, seed++);
+  }
+  Problem p = make_problem(1, 300, 40, 2, 1, 64, DType::kBFloat16);  // rows with no visible key
+  p.deterministic = true;
+  p.options.causal = true;
+  expect_pass(p, seed++);
+}
+
+// Deterministic mode's gradients are bitwise equal across reruns: no kernel adds into another's output.
 TEST_F(CudaBackward, BitwiseDeterministicOver50Runs) {
   Problem p = make_problem(64, 200, 200, 4, 2, 64, DType::kBFloat16);  // batch >= 60: many CTAs in flight
+  p.deterministic = true;
   p.options.causal = true;
   verify::Case first = verify::Case::make(p, 14000, true);
   ASSERT_TRUE(verify::run_forward_backward(first, Backend::kAuto, Device::kCUDA).ok());

@@ -14,11 +14,12 @@ struct BwdTiles {
 template <int kHeadDim>
 using BwdTraits = FwdTraits<kHeadDim, BwdTiles<kHeadDim>>;
 
-// Shared memory of the dK/dV kernel (the larger of the two): K, V, Q and dO tiles of 16-bit elements, plus
-// per-column LSE and D in fp32.
-template <typename Traits>
+// Shared memory of the dK/dV kernel (the largest of the three): K, V, Q and dO tiles of 16-bit elements,
+// per-column LSE and D in fp32, and in the default mode (kAccumulateDq) the step's dS^T, padded by 16 bytes a row.
+template <typename Traits, bool kAccumulateDq>
 constexpr int bwd_smem_bytes() {
-  return (2 * Traits::kBlockM + 2 * Traits::kBlockN) * Traits::kRowStride * 2 + 2 * Traits::kBlockN * 4;
+  return (2 * Traits::kBlockM + 2 * Traits::kBlockN) * Traits::kRowStride * 2 + 2 * Traits::kBlockN * 4 +
+         (kAccumulateDq ? Traits::kBlockM * (Traits::kBlockN + 8) * 2 : 0);
 }
 
 }  // namespace flashtile::cuda::sm80

@@ -1,15 +1,23 @@
-// The sm80 backward, built from the forward's tile pieces (fwd_tile.cuh). Three kernels, each owning what it
-// writes, so no two CTAs ever add into the same element and the gradients are bitwise deterministic:
+// The sm80 backward, built from the forward's tile pieces (fwd_tile.cuh). Two modes:
+//
+// Default (BackwardParams::deterministic = false), FlashAttention-2's five tile products:
 //   1. bwd_delta_kernel: D = rowsum(dO * O) per query row (fp32), the term every dS needs;
-//   2. bwd_dkdv_kernel: one CTA per (key block, batch, K/V head); warps split the keys; loops over the group's
-//      query heads and the query blocks that see the keys:
+//   2. bwd_dkdv_kernel<kAccumulateDq = true>: one CTA per (key block, batch, K/V head); warps split the keys;
+//      loops over the group's query heads and the query blocks that see the keys:
 //        S^T = K Q^T, P^T = exp(S^T - LSE), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D) scale,
-//        dK += dS^T Q      (P is recomputed from the saved LSE, never stored);
-//   3. bwd_dq_kernel: one CTA per (query block, batch, query head), the forward's shape:
+//        dK += dS^T Q, and dQ += dS K added into an fp32 accumulator with atomics
+//        (P is recomputed from the saved LSE, never stored);
+//   3. bwd_dq_convert_kernel: dQ = the accumulator, in the input dtype.
+// The atomics make dQ's rounding depend on the order the key blocks finish in.
+//
+// Deterministic: kernel 2 without the dQ part, then
+//   3'. bwd_dq_kernel: one CTA per (query block, batch, query head), the forward's shape:
 //        S = Q K^T, P = exp(S - LSE), dP = dO V^T, dS = P (dP - D) scale, dQ += dS K.
-// Kernel 3 recomputes S and dP (7 tile products instead of FlashAttention-2's 5) in exchange for needing no
-// atomics and no fp32 dQ accumulator: deterministic mode costs nothing extra.
-// Shared memory per CTA: four (kBlockM or kBlockN) x kHeadDim tiles of T, and kernel 2's per-column LSE and D.
+// Every CTA owns what it writes, so the gradients are bitwise identical from run to run; the price is
+// recomputing S and dP (seven tile products instead of five).
+//
+// Shared memory per CTA: four (kBlockM or kBlockN) x kHeadDim tiles of T, kernel 2's per-column LSE and D, and
+// in the default mode its dS tile (bwd_config.hpp, bwd_smem_bytes).
 #pragma once
 
 #include <type_traits>
@@ -56,7 +64,76 @@ __device__ __forceinline__ float grad_score(float prob, float dp, float delta, f
   return ds;
 }
 
-template <typename Traits, typename T, bool kSoftcap>
+// dQ += dS K for one step's kBlockN query rows, added into the fp32 accumulator with atomics (default mode).
+// dS^T arrives in this warp's registers (its 16 keys x kBlockN queries); it goes through shared memory so that
+// each warp can take 16 of the query rows against all kBlockM keys of the CTA, the A operand read transposed.
+//   sdS: kBlockM x (kBlockN + 8) of T; sK: the CTA's keys; dq_head: the accumulator of this (batch, head),
+//   rows of head_dim floats
+template <typename Traits, typename T>
+__device__ __forceinline__ void accumulate_dq(const float (&ds_t)[1][Traits::kBlockN / 8][4], T* sdS, const T* sK,
+                                              float* dq_head, int row0, int seqlen_q, int head_dim) {
+  constexpr int kKeys = Traits::kBlockM, kQueries = Traits::kBlockN, kDsStride = kQueries + 8;
+  constexpr int kStride = Traits::kRowStride, kDB = Traits::kHeadDim / 8;
+  static_assert(kQueries == Traits::kNWarps * 16, "each warp takes 16 of the step's query rows");
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int key = slice_row<Traits>(0) + g;  // this thread's dS^T rows: key and key + 8
+#pragma unroll
+  for (int n = 0; n < kQueries / 8; ++n) {
+    *reinterpret_cast<uint32_t*>(sdS + key * kDsStride + n * 8 + 2 * t) = pack2<T>(ds_t[0][n][0], ds_t[0][n][1]);
+    *reinterpret_cast<uint32_t*>(sdS + (key + 8) * kDsStride + n * 8 + 2 * t) =
+        pack2<T>(ds_t[0][n][2], ds_t[0][n][3]);
+  }
+  __syncthreads();  // every warp's dS^T rows are in sdS
+
+  const int q0 = static_cast<int>(threadIdx.x / 32) * 16;  // this warp's query rows within the step
+  float acc[kDB][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < kKeys / 16; ++kk) {
+    // A = dS (queries x keys) from sdS (keys x queries): matrix i of the x4 load is keys +8*(i/2), queries
+    // +8*(i%2), each transposed on the way, which is the A fragment's order (ptx.cuh).
+    uint32_t a[4];
+    const int mi = lane / 8;
+    ldmatrix_x4_trans(a, sdS + (kk * 16 + lane % 8 + (mi / 2) * 8) * kDsStride + q0 + (mi % 2) * 8);
+#pragma unroll
+    for (int d2 = 0; d2 < Traits::kHeadDim / 16; ++d2) {
+      uint32_t kf[4];  // B = K (keys x head dim), keys down the rows: read as V is in tile_accumulate_pv
+      ldmatrix_x4_trans(kf, sK + (kk * 16 + lane % 16) * kStride + d2 * 16 + (lane / 16) * 8);
+      mma_16x8x16<T>(acc[2 * d2], a, kf[0], kf[1]);
+      mma_16x8x16<T>(acc[2 * d2 + 1], a, kf[2], kf[3]);
+    }
+  }
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    const int row = row0 + q0 + g + hr * 8;
+    if (row >= seqlen_q) continue;
+    float* dst = dq_head + static_cast<int64_t>(row) * head_dim;
+#pragma unroll
+    for (int d = 0; d < kDB; ++d) {
+      const int col = d * 8 + 2 * t;
+      if (col < head_dim) {
+        atomicAdd(dst + col, acc[d][2 * hr]);
+        atomicAdd(dst + col + 1, acc[d][2 * hr + 1]);
+      }
+    }
+  }
+}
+
+// dQ = the fp32 accumulator in the input dtype (default mode), one warp per query row.
+template <typename T>
+__global__ void bwd_dq_convert_kernel(const BwdKernelParams p) {
+  const FwdKernelParams& f = p.fwd;
+  const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (row >= rows) return;
+  const int i = static_cast<int>(row % f.seqlen_q), h = static_cast<int>((row / f.seqlen_q) % f.heads_q);
+  const int b = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
+  const float* src = p.dq_accum + row * f.head_dim;  // (batch, head, row) order, as the accumulator is laid out
+  T* dst = static_cast<T*>(p.dq) + b * p.dq_stride[0] + i * p.dq_stride[1] + h * p.dq_stride[2];
+  for (int c = 2 * (threadIdx.x % 32); c < f.head_dim; c += 64)
+    *reinterpret_cast<uint32_t*>(dst + c) = pack2<T>(src[c], src[c + 1]);
+}
+
+template <typename Traits, typename T, bool kSoftcap, bool kAccumulateDq>
 __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKernelParams p) {
   constexpr int kRows = Traits::kBlockM, kCols = Traits::kBlockN;  // keys per CTA, queries per step
   constexpr int kStride = Traits::kRowStride, kNB = kCols / 8, kDB = Traits::kHeadDim / 8;
@@ -69,6 +146,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
   T* sDO = sQ + kCols * kStride;
   float* sLse2 = reinterpret_cast<float*>(sDO + kCols * kStride);
   float* sDelta = sLse2 + kCols;
+  T* sdS = reinterpret_cast<T*>(sDelta + kCols);  // default mode: dS^T of the step, kRows x (kCols + 8)
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
 
   const int n_block = blockIdx.x % p.n_blocks, bhk = blockIdx.x / p.n_blocks;
@@ -88,8 +166,10 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     const int h = hk * f.group + gi;
     const T* q_head = static_cast<const T*>(f.q) + b * f.q_stride[0] + h * f.q_stride[2];
     const T* do_head = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + h * p.dout_stride[2];
+    float* dq_head = nullptr;  // default mode: this head's rows of the dQ accumulator
+    if constexpr (kAccumulateDq) dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
     for (int row0 = row_begin / kCols * kCols; row0 < row_end; row0 += kCols) {
-      __syncthreads();  // every warp is done with sQ, sDO and the per-column values of the previous step
+      __syncthreads();  // every warp is done with sQ, sDO, sdS and the per-column values of the previous step
       load_rows_async<Traits, kCols>(sQ, q_head, f.q_stride[1], row0, f.seqlen_q, f.head_dim);
       load_rows_async<Traits, kCols>(sDO, do_head, p.dout_stride[1], row0, f.seqlen_q, f.head_dim);
       cp_async_commit();
@@ -125,6 +205,8 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
             acc_s[0][n][e] = grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], sDelta[n * 8 + 2 * t + e % 2],
                                                   capped[0][n][e], f, p.scale);
         tile_accumulate_pv<Traits, T>(acc_s, sQ, acc_dk);  // dK += dS^T Q
+        if constexpr (kAccumulateDq)  // dQ += dS K, atomically (every CTA whose keys these rows see adds)
+          accumulate_dq<Traits, T>(acc_s, sdS, sK, dq_head, row0, f.seqlen_q, f.head_dim);
       };
       if (tile_fully_visible<Traits, /*kKeysAsRows=*/true>(f, key0, row0, min(row0 + kCols, f.seqlen_q) - 1))
         step(std::false_type{});

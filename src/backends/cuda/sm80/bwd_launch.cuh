@@ -12,24 +12,42 @@ namespace flashtile::cuda::sm80 {
 template <typename T, int kHeadDim>
 cudaError_t launch_bwd(const BwdKernelParams& p, cudaStream_t stream) {
   using Traits = BwdTraits<kHeadDim>;
-  constexpr int kSmem = bwd_smem_bytes<Traits>();
   const FwdKernelParams& f = p.fwd;
+  const bool accumulate_dq = p.dq_accum != nullptr;  // default mode; deterministic mode runs bwd_dq_kernel
   const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-  constexpr int kDeltaWarps = 8;  // query rows per block of the D kernel
-  const auto delta_blocks = static_cast<unsigned>((rows + kDeltaWarps - 1) / kDeltaWarps);
-  bwd_delta_kernel<T><<<delta_blocks, kDeltaWarps * 32, 0, stream>>>(p);
+  constexpr int kRowWarps = 8;  // query rows per block of the D and dQ-convert kernels (one warp each)
+  const auto row_blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
+  if (accumulate_dq)
+    if (cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, rows * f.head_dim * sizeof(float), stream); err != cudaSuccess)
+      return err;
+  bwd_delta_kernel<T><<<row_blocks, kRowWarps * 32, 0, stream>>>(p);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
-  auto dkdv = f.softcap > 0 ? bwd_dkdv_kernel<Traits, T, true> : bwd_dkdv_kernel<Traits, T, false>;
-  auto dq = f.softcap > 0 ? bwd_dq_kernel<Traits, T, true> : bwd_dq_kernel<Traits, T, false>;
-  for (const void* kernel : {reinterpret_cast<const void*>(dkdv), reinterpret_cast<const void*>(dq)})
-    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
-        err != cudaSuccess)
-      return err;
   // Grids flattened into x, as in the forward: (key blocks) x batch x K/V heads, (query blocks) x batch x heads.
   const int64_t dkdv_blocks = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
-  if (dkdv_blocks > 0) dkdv<<<static_cast<unsigned>(dkdv_blocks), Traits::kThreads, kSmem, stream>>>(p);
-  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  const bool softcap = f.softcap > 0;
+  auto launch_dkdv = [&](auto kernel, int smem) {
+    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        err != cudaSuccess)
+      return err;
+    if (dkdv_blocks > 0) kernel<<<static_cast<unsigned>(dkdv_blocks), Traits::kThreads, smem, stream>>>(p);
+    return cudaGetLastError();
+  };
+  if (accumulate_dq) {
+    constexpr int kSmem = bwd_smem_bytes<Traits, true>();
+    cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<Traits, T, true, true>, kSmem)
+                              : launch_dkdv(bwd_dkdv_kernel<Traits, T, false, true>, kSmem);
+    if (err != cudaSuccess) return err;
+    if (rows > 0) bwd_dq_convert_kernel<T><<<row_blocks, kRowWarps * 32, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
+  constexpr int kSmem = bwd_smem_bytes<Traits, false>();
+  cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<Traits, T, true, false>, kSmem)
+                            : launch_dkdv(bwd_dkdv_kernel<Traits, T, false, false>, kSmem);
+  if (err != cudaSuccess) return err;
+  auto dq = softcap ? bwd_dq_kernel<Traits, T, true> : bwd_dq_kernel<Traits, T, false>;
+  if (err = cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem); err != cudaSuccess)
+    return err;
   const int64_t dq_blocks = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
   if (dq_blocks > 0) dq<<<static_cast<unsigned>(dq_blocks), Traits::kThreads, kSmem, stream>>>(p);
   return cudaGetLastError();
