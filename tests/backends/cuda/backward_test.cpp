@@ -3,8 +3,11 @@
 // GPU every test reports itself skipped, with the reason.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
+#include "verify/device_mirror.hpp"
 #include "verify/verify.hpp"
 
 namespace flashtile {
@@ -106,6 +109,54 @@ TEST_F(CudaBackward, BitwiseDeterministicOver50Runs) {
     ASSERT_EQ(c.dq.to_doubles(), dq) << "run " << run;
     ASSERT_EQ(c.dk.to_doubles(), dk) << "run " << run;
     ASSERT_EQ(c.dv.to_doubles(), dv) << "run " << run;
+  }
+}
+
+// backward_workspace_size() is what the call needs: a caller workspace of exactly that size works in both modes,
+// one float less is refused before anything runs, and the results equal a call that allocates its own.
+TEST_F(CudaBackward, CallerWorkspaceOfTheReportedSize) {
+  for (bool deterministic : {false, true}) {
+    Problem p = make_problem(2, 70, 90, 4, 2, 64, DType::kBFloat16);
+    p.deterministic = deterministic;
+    verify::Case c = verify::Case::make(p, 17000, true);
+    verify::DeviceMirror mirror;
+    ForwardParams f = c.forward_params(Backend::kAuto);
+    f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
+    f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
+    ASSERT_TRUE(forward(f).ok());
+    BackwardParams b = c.backward_params(Backend::kAuto);
+    b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = f.lse, b.dout = mirror.view(c.dout);
+    b.dq = mirror.view(c.dq), b.dk = mirror.view(c.dk), b.dv = mirror.view(c.dv);
+
+    size_t bytes = 0;
+    ASSERT_TRUE(backward_workspace_size(b, &bytes).ok());
+    const size_t rows = 2 * 4 * 70;  // D per query row, and unless deterministic the fp32 dQ accumulator
+    EXPECT_EQ(bytes, rows * sizeof(float) * (deterministic ? 1 : 1 + 64)) << "deterministic " << deterministic;
+    ASSERT_TRUE(backward(b).ok());  // the library allocates
+    std::string error;
+    ASSERT_TRUE(mirror.copy_back(&error)) << error;
+    const std::vector<double> dq = c.dq.to_doubles(), dk = c.dk.to_doubles(), dv = c.dv.to_doubles();
+
+    verify::HostTensor workspace(DType::kFloat32, {static_cast<int64_t>(bytes / sizeof(float))});
+    b.workspace = mirror.view(workspace).data;
+    b.workspace_size = bytes - sizeof(float);
+    EXPECT_EQ(backward(b).code, StatusCode::kInvalidArgument) << "a workspace one float short";
+    b.workspace_size = bytes;
+    ASSERT_TRUE(backward(b).ok());
+    ASSERT_TRUE(mirror.copy_back(&error)) << error;
+    if (deterministic) {
+      EXPECT_EQ(c.dq.to_doubles(), dq);
+      EXPECT_EQ(c.dk.to_doubles(), dk);
+      EXPECT_EQ(c.dv.to_doubles(), dv);
+    } else {  // dK and dV have no atomics; dQ's adds may land in another order, so only its rounding may move
+      EXPECT_EQ(c.dk.to_doubles(), dk);
+      EXPECT_EQ(c.dv.to_doubles(), dv);
+      const std::vector<double> dq2 = c.dq.to_doubles();
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < dq.size(); ++i)
+        worst = std::max(worst, std::fabs(dq2[i] - dq[i])), scale = std::max(scale, std::fabs(dq[i]));
+      EXPECT_LE(worst, 0.02 * scale) << "dQ with a caller workspace differs beyond rounding";
+    }
   }
 }
 
