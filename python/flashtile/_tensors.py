@@ -29,10 +29,19 @@ _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 _DTYPE_NAMES = {"float32": _abi.FT_F32, "float16": _abi.FT_F16, "bfloat16": _abi.FT_BF16}
+_TORCH_DTYPES = {}  # torch.dtype -> ft dtype, filled on the first torch tensor (torch is imported only if used)
+_Dims = ctypes.c_int64 * 4
 
 
 def _is_torch(x):
     return type(x).__module__.startswith("torch")
+
+
+def _torch_dtype(dtype):
+    if not _TORCH_DTYPES:
+        import torch
+        _TORCH_DTYPES.update({torch.float32: _abi.FT_F32, torch.float16: _abi.FT_F16, torch.bfloat16: _abi.FT_BF16})
+    return _TORCH_DTYPES.get(dtype)
 
 
 class View:
@@ -40,20 +49,23 @@ class View:
 
     def __init__(self, array, name):
         self.array, self.name = array, name
-        self.tensor = _abi.Tensor()
         if _is_torch(array):
             self._from_torch(array)
         else:
+            self.tensor = _abi.Tensor()
             self._from_dlpack(array)
 
     def _from_torch(self, t):
-        dtype = _DTYPE_NAMES.get(str(t.dtype).replace("torch.", ""))
+        # The hot path of every torch call (five tensors a forward): one ctypes constructor, no per-field sets.
+        dtype = _torch_dtype(t.dtype)
         if dtype is None:
             raise TypeError(f"{self.name}: dtype {t.dtype} is not supported (float16, bfloat16, float32 on the CPU)")
-        if t.dim() > 4:
-            raise ValueError(f"{self.name}: expected at most 4 dims, got {t.dim()}")
-        self._fill(t.data_ptr(), dtype, _abi.FT_CUDA if t.is_cuda else _abi.FT_CPU,
-                   (t.device.index or 0) if t.is_cuda else 0, list(t.shape), list(t.stride()))
+        n = t.dim()
+        if n > 4:
+            raise ValueError(f"{self.name}: expected at most 4 dims, got {n}")
+        cuda = t.is_cuda
+        self.tensor = _abi.Tensor(t.data_ptr() or None, dtype, _abi.FT_CUDA if cuda else _abi.FT_CPU,
+                                  t.get_device() if cuda else 0, n, _Dims(*t.shape), _Dims(*t.stride()))
 
     def _from_dlpack(self, a):
         if not hasattr(a, "__dlpack__"):

@@ -2,9 +2,9 @@
 
 The two operations are registered with torch.library (flashtile::fwd, flashtile::bwd) with fake (meta)
 implementations, so torch.compile(fullgraph=True) traces through them, and autograd is attached to the forward
-op. Calls run on the current CUDA stream of the tensors' device, under that device's guard.
+op. Eager calls skip the op dispatcher (a torch.autograd.Function, or the plain call without gradients). Calls
+run on the current CUDA stream of the tensors' device.
 """
-import contextlib
 import math
 
 import torch
@@ -12,18 +12,28 @@ import torch
 from . import backward as _backward
 from . import forward as _forward
 
+# The library sets the tensors' device itself (a device guard in C++), allocates outputs with torch on q's device
+# and runs on that device's current stream, so no Python-side device guard is needed (tensors on cuda:1 work).
 
-def _device_guard(t):
-    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+def _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap):
+    return _forward(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
+                    softcap=softcap)
 
 
+def _run_backward(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic):
+    dout = dout if dout.stride(-1) == 1 else dout.contiguous()
+    return _backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
+                     window_size=(window_left, window_right), softcap=softcap, deterministic=deterministic)
+
+
+# Under torch.compile the calls go through two custom ops with fake implementations, so fullgraph tracing needs
+# no graph break.
 @torch.library.custom_op("flashtile::fwd", mutates_args=())
 def _fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, softmax_scale: float, causal: bool, window_left: int,
          window_right: int, softcap: float, deterministic: bool) -> tuple[torch.Tensor, torch.Tensor]:
     # `deterministic` is for the backward; the op takes it so that autograd's context can keep it.
-    with _device_guard(q):
-        return _forward(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-                        softcap=softcap)
+    return _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
 
 
 @_fwd.register_fake
@@ -36,9 +46,8 @@ def _fwd_fake(q, k, v, softmax_scale, causal, window_left, window_right, softcap
 def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
          lse: torch.Tensor, softmax_scale: float, causal: bool, window_left: int, window_right: int, softcap: float,
          deterministic: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    with _device_guard(q):
-        return _backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
-                         window_size=(window_left, window_right), softcap=softcap, deterministic=deterministic)
+    return _run_backward(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap,
+                         deterministic)
 
 
 @_bwd.register_fake
@@ -47,19 +56,45 @@ def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, windo
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, ctx.softmax_scale, ctx.causal, ctx.window_left, ctx.window_right, ctx.softcap, ctx.deterministic = inputs
-    out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse)
+    q, k, v, *ctx.args = inputs  # args: softmax_scale, causal, window_left, window_right, softcap, deterministic
+    ctx.save_for_backward(q, k, v, *output)
 
 
 def _fwd_backward(ctx, dout, dlse):
-    q, k, v, out, lse = ctx.saved_tensors
-    dq, dk, dv = _bwd(dout.contiguous() if dout.stride(-1) != 1 else dout, q, k, v, out, lse, ctx.softmax_scale,
-                      ctx.causal, ctx.window_left, ctx.window_right, ctx.softcap, ctx.deterministic)
+    dq, dk, dv = _bwd(dout, *ctx.saved_tensors, *ctx.args)
     return dq, dk, dv, None, None, None, None, None, None
 
 
 _fwd.register_autograd(_fwd_backward, setup_context=_setup_context)
+
+
+class _EagerAttention(torch.autograd.Function):
+    """Eager mode's path: the same forward and backward without the custom-op dispatcher, whose per-call cost
+    (tens of microseconds) is most of a small call's time."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, softmax_scale, causal, window_left, window_right, softcap, deterministic):
+        out, lse = _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap)
+        ctx.args = (softmax_scale, causal, window_left, window_right, softcap, deterministic)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        dq, dk, dv = _run_backward(dout, *ctx.saved_tensors, *ctx.args)
+        return dq, dk, dv, None, None, None, None, None, None
+
+
+def _attention(q, k, v, *args):
+    """(out, lse) through the path that fits: the custom op when compiling, autograd.Function when a gradient is
+    wanted, the plain call otherwise. args: softmax_scale, causal, window_left, window_right, softcap,
+    deterministic."""
+    if torch.compiler.is_compiling():
+        return _fwd(q, k, v, *args)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _EagerAttention.apply(q, k, v, *args)
+    return _run_forward(q, k, v, *args[:-1])
 
 
 def _check_and_run(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
@@ -77,7 +112,7 @@ def _check_and_run(q, k, v, dropout_p, softmax_scale, causal, window_size, softc
             raise ValueError(f"{name}: on {t.device}, but q is on {q.device}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     left, right = (int(w) for w in window_size)
-    out, lse = _fwd(q, k, v, scale, bool(causal), left, right, float(softcap), bool(deterministic))
+    out, lse = _attention(q, k, v, scale, bool(causal), left, right, float(softcap), bool(deterministic))
     return (out, lse, None) if return_attn_probs else out
 
 

@@ -54,3 +54,75 @@ def test_torch_compile_fullgraph():
     f = torch.compile(lambda q, k, v: flashtile.flash_attn_func(q, k, v, causal=True), fullgraph=True)
     q = torch.randn(1, 32, 2, 16)
     torch.testing.assert_close(f(q, q, q), flashtile.flash_attn_func(q, q, q, causal=True))
+
+
+@needs_gpu
+def test_torch_compile_fullgraph_with_backward_on_cuda():
+    def loss(q, k, v):
+        return flashtile.flash_attn_func(q, k, v, causal=True).float().square().sum()
+
+    torch.manual_seed(2)
+    q, k, v = (torch.randn(1, 64, h, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for h in (4, 2, 2))
+    want = torch.autograd.grad(loss(q, k, v), (q, k, v))
+    got = torch.autograd.grad(torch.compile(loss, fullgraph=True)(q, k, v), (q, k, v))
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, atol=2e-2, rtol=2e-2)
+
+
+@needs_gpu
+def test_non_default_stream_and_cuda_graph_replay():
+    torch.manual_seed(3)
+    q, k, v = (torch.randn(2, 128, 4, 64, device="cuda", dtype=torch.float16) for _ in range(3))
+    want = flashtile.flash_attn_func(q, k, v, causal=True)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # the call must run on the current (side) stream, ordered after q, k, v
+        got = flashtile.flash_attn_func(q, k, v, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.testing.assert_close(got, want, atol=0, rtol=0)
+
+    graph = torch.cuda.CUDAGraph()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        flashtile.flash_attn_func(q, k, v, causal=True)  # warm-up outside capture
+        with torch.cuda.graph(graph):
+            captured = flashtile.flash_attn_func(q, k, v, causal=True)
+    torch.cuda.current_stream().wait_stream(side)
+    q.copy_(torch.randn_like(q))  # replay reads the new q
+    graph.replay()
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured, flashtile.flash_attn_func(q, k, v, causal=True), atol=0, rtol=0)
+
+
+@needs_gpu
+def test_deterministic_backward_is_bitwise_stable():
+    torch.manual_seed(4)
+    q, k, v = (torch.randn(4, 256, 4, 64, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    g = torch.randn_like(q)
+
+    def grads():
+        out = flashtile.flash_attn_func(q, k, v, causal=True, deterministic=True)
+        return torch.autograd.grad(out, (q, k, v), g)
+
+    first = grads()
+    for _ in range(5):
+        for a, b in zip(grads(), first):
+            assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_gpu)])
+def test_bad_inputs_raise_clear_errors(device):
+    q = torch.randn(1, 16, 2, 32, device=device)
+    with pytest.raises(ValueError, match="q: expected \\(batch, seqlen, heads, head_dim\\)"):
+        flashtile.flash_attn_func(q[0], q, q)
+    with pytest.raises(TypeError, match="k: expected a torch.Tensor"):
+        flashtile.flash_attn_func(q, q.numpy() if device == "cpu" else None, q)
+    with pytest.raises((TypeError, flashtile.FlashtileError), match="dtype|float64"):
+        flashtile.flash_attn_func(q.double(), q.double(), q.double())
+    with pytest.raises(flashtile.FlashtileError, match="head"):  # 2 query heads cannot share 3 K/V heads
+        flashtile.flash_attn_func(q, torch.randn(1, 16, 3, 32, device=device), torch.randn(1, 16, 3, 32, device=device))
+    if device == "cuda":
+        with pytest.raises(ValueError, match="v: on cpu, but q is on cuda"):
+            flashtile.flash_attn_func(q, q, q.cpu())
+        with pytest.raises(flashtile.FlashtileError, match="float16 or bfloat16"):
+            flashtile.flash_attn_func(q, q, q)  # float32 on the GPU
