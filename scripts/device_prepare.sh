@@ -2,12 +2,13 @@
 # Prepares a GPU round on this machine (the GPU machine has no package registry, so it gets binaries):
 #   build-device/  a build whose binaries need no OpenBLAS installed: OpenBLAS linked statically into
 #                  libflashtile.so, which the tool and the tests share, kernels for sm_90a only (the H200);
-#                  plus the GPU test binaries and the tile harness (bench/kernels/sm80_fwd_tiles.cu)
+#                  plus the GPU test binaries and the harnesses (bench/kernels/sm80_fwd_tiles.cu, sm90_fwd_wgmma.cu)
 #   .device/       what else travels: libflashtile.so xz-compressed (52 MB -> ~7 MB: the carry limit is 64 MiB;
 #                  gpu_round.sh unpacks it), peers.py from ../shared/bench, libgomp, and a flashtile wheel with
 #                  the CUDA kernels and OpenBLAS inside, for `pip install` there (gpu_round.sh install)
 # Then call the device tool with carry [build-device/tools/flashtile, build-device/cuda_forward_test,
-# build-device/cuda_backward_test, build-device/sm80_fwd_tiles, .device] and run scripts/gpu_round.sh.
+# build-device/cuda_backward_test, build-device/sm80_fwd_tiles, build-device/sm90_fwd_wgmma, .device] and run
+# scripts/gpu_round.sh.
 # WHEEL=0 skips the wheel (its own incremental build in build-wheel/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -21,6 +22,11 @@ for t in forward backward; do
 done
 nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/kernels/sm80_fwd_tiles.cu \
   -o build-device/sm80_fwd_tiles
+# The Hopper harness needs CuTe: the pinned CUTLASS headers from PyPI, unpacked into .deps/ (ignored by git).
+[ -d .deps/cutlass_library/source/include/cute ] ||
+  python3 -m pip install -q --target .deps --no-deps nvidia-cutlass==4.2.0.0
+nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude -isystem .deps/cutlass_library/source/include \
+  bench/kernels/sm90_fwd_wgmma.cu -o build-device/sm90_fwd_wgmma
 mkdir -p .device/lib
 xz -T2 -6 -c build-device/libflashtile.so.0.1.0 > .device/libflashtile.so.0.1.0.xz
 cp ../shared/bench/peers.py .device/peers.py
@@ -30,4 +36,4 @@ if [ "${WHEEL:-1}" = 1 ]; then  # py3-none wheel (ctypes): built with 3.11 here,
   python3 -m pip wheel -q --no-deps -w .device . -Ccmake.define.FLASHTILE_ENABLE_CUDA=ON \
     -Ccmake.define.FLASHTILE_CUDA_ARCHS=90a -Ccmake.define.FLASHTILE_STATIC_BLAS=ON -Cbuild-dir=build-wheel
 fi
-du -shL build-device/tools/flashtile build-device/cuda_*_test build-device/sm80_fwd_tiles .device
+du -shL build-device/tools/flashtile build-device/cuda_*_test build-device/sm80_fwd_tiles build-device/sm90_fwd_wgmma .device

@@ -7,6 +7,7 @@
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
 #   6. grid A forward and backward on the GPU (bf16, fp16), benchAdet: the backward's deterministic mode; peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
+#   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper harness);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
@@ -40,6 +41,11 @@ if want cpudiag; then
     OPENBLAS_VERBOSE=2 OPENBLAS_CORETYPE=$core timeout 60 $bin run -s 2048 --dtype fp32 --no-causal \
       --backend cpu-flash2 2>&1 | grep -E "Core|core|forward|TFLOP" | head -4
   done 2>&1 | tee -a "$out/machine.txt"
+fi
+
+if want wgmma; then  # the Hopper harness: wgmma products checked against the sm80 kernel, both timed
+  echo "== sm90 wgmma harness"
+  timeout 120 build-device/sm90_fwd_wgmma 2>&1 | tee "$out/sm90-wgmma.txt"
 fi
 
 if want tiles; then
