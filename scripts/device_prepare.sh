@@ -26,7 +26,7 @@ nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/
 [ -d .deps/cutlass_library/source/include/cute ] ||
   python3 -m pip install -q --target .deps --no-deps nvidia-cutlass==4.2.0.0
 nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude -isystem .deps/cutlass_library/source/include \
-  bench/kernels/sm90_fwd_wgmma.cu -o build-device/sm90_fwd_wgmma
+  bench/kernels/sm90_fwd_wgmma.cu -lcuda -o build-device/sm90_fwd_wgmma
 mkdir -p .device/lib
 xz -T2 -6 -c build-device/libflashtile.so.0.1.0 > .device/libflashtile.so.0.1.0.xz
 cp ../shared/bench/peers.py .device/peers.py
