@@ -9,11 +9,17 @@
 # Then call the device tool with carry [build-device/tools/flashtile, build-device/cuda_forward_test,
 # build-device/cuda_backward_test, build-device/sm80_fwd_tiles, build-device/sm90_fwd_wgmma, .device] and run
 # scripts/gpu_round.sh.
-# WHEEL=0 skips the wheel (its own incremental build in build-wheel/).
+# WHEEL=0 skips the wheel (its own incremental build in build-wheel/). SM90=OFF leaves the sm90 forward out (auto
+# then runs the sm80 kernel on the H200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# CuTe for the sm90 kernels and the Hopper harness: the pinned CUTLASS headers from PyPI, unpacked into .deps/
+# (ignored by git), shared by every build here (pip's isolated wheel build cannot fetch them itself).
+cutlass=$PWD/.deps/cutlass_library/source/include
+[ -d "$cutlass/cute" ] || python3 -m pip install -q --target .deps --no-deps nvidia-cutlass==4.2.0.0
 scripts/setup.sh build-device -DFLASHTILE_STATIC_BLAS=ON -DFLASHTILE_ENABLE_CUDA=ON -DFLASHTILE_CUDA_BACKWARD=ON \
-  -DFLASHTILE_CUDA_ARCHS=90a -DFLASHTILE_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=ON "$@"
+  -DFLASHTILE_CUDA_SM90=${SM90:-ON} -DFLASHTILE_CUTLASS_DIR="$cutlass" -DFLASHTILE_CUDA_ARCHS=90a \
+  -DFLASHTILE_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=ON "$@"
 # The GPU test binaries (tests/backends/cuda), linked against the library above.
 for t in forward backward; do
   g++ -std=c++20 -O2 -fopenmp "tests/backends/cuda/${t}_test.cpp" -Isrc -Iinclude build-device/libflashtile_verify.a \
@@ -22,11 +28,8 @@ for t in forward backward; do
 done
 nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/kernels/sm80_fwd_tiles.cu \
   -o build-device/sm80_fwd_tiles
-# The Hopper harness needs CuTe: the pinned CUTLASS headers from PyPI, unpacked into .deps/ (ignored by git).
-[ -d .deps/cutlass_library/source/include/cute ] ||
-  python3 -m pip install -q --target .deps --no-deps nvidia-cutlass==4.2.0.0
-nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude -isystem .deps/cutlass_library/source/include \
-  bench/kernels/sm90_fwd_wgmma.cu -lcuda -o build-device/sm90_fwd_wgmma
+nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude -isystem "$cutlass" \
+  bench/kernels/sm90_fwd_wgmma.cu -o build-device/sm90_fwd_wgmma
 mkdir -p .device/lib
 xz -T2 -6 -c build-device/libflashtile.so.0.1.0 > .device/libflashtile.so.0.1.0.xz
 cp ../shared/bench/peers.py .device/peers.py
@@ -34,6 +37,8 @@ cp "$(g++ -print-file-name=libgomp.so.1)" .device/lib/
 if [ "${WHEEL:-1}" = 1 ]; then  # py3-none wheel (ctypes): built with 3.11 here, installs on the GPU machine's 3.12
   rm -f .device/flashtile-*.whl
   python3 -m pip wheel -q --no-deps -w .device . -Ccmake.define.FLASHTILE_ENABLE_CUDA=ON \
-    -Ccmake.define.FLASHTILE_CUDA_ARCHS=90a -Ccmake.define.FLASHTILE_STATIC_BLAS=ON -Cbuild-dir=build-wheel
+    -Ccmake.define.FLASHTILE_CUDA_ARCHS=90a -Ccmake.define.FLASHTILE_STATIC_BLAS=ON \
+    -Ccmake.define.FLASHTILE_CUDA_SM90=${SM90:-ON} -Ccmake.define.FLASHTILE_CUTLASS_DIR="$cutlass" \
+    -Cbuild-dir=build-wheel
 fi
 du -shL build-device/tools/flashtile build-device/cuda_*_test build-device/sm80_fwd_tiles build-device/sm90_fwd_wgmma .device

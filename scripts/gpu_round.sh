@@ -128,7 +128,7 @@ fi
 
 if want benchA; then
   echo "== flashtile bench --grid A (GPU, forward and backward)"
-  timeout 420 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --backward --repeats 20 --verify-rows 4 \
+  timeout 420 $bin bench --grid A --backends cuda-sm80,cuda-sm90 --dtype bf16,fp16 --backward --repeats 20 --verify-rows 4 \
     --out "$out/flashtile-grid-A.jsonl" 2>/dev/null | tail -75 || status=1
 fi
 if want benchAdet; then  # the backward's deterministic mode on grid A, to set against benchA's default mode

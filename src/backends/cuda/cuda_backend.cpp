@@ -13,6 +13,7 @@
 #include "api/validate.hpp"
 #include "backends/cuda/bwd_kernel_params.hpp"
 #include "backends/cuda/sm80/fwd_launch.hpp"
+#include "backends/cuda/sm90/fwd_launch.hpp"
 
 namespace flashtile::cuda {
 
@@ -154,6 +155,38 @@ Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKe
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
+// The sm90 forward (wgmma, TMA): Hopper devices only, and only in builds with FLASHTILE_CUDA_SM90.
+Status select_sm90_forward(const Problem& p, const DeviceInfo& prop, FwdKernelInfo* kernel) {
+  if (Status s = check_sm80_problem(p, prop, "forward"); !s.ok()) return s;
+  if (prop.major != 9)
+    return unsupported("backend cuda-sm90: the Hopper kernels need compute capability 9.0 (H100, H200); device " +
+                       prop.name + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
+  if (p.head_dim % 8 != 0 || p.head_dim > 256)
+    return unsupported("head_dim " + std::to_string(p.head_dim) +
+                       ": the CUDA forward needs a multiple of 8, at most 256");
+  *kernel = sm90::find_fwd(p.dtype, static_cast<int>(p.head_dim));
+  if (kernel->launch == nullptr)
+    return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
+                       ": this build has no sm90 kernel for it (configure with -DFLASHTILE_CUDA_SM90=ON and 90a in "
+                       "FLASHTILE_CUDA_ARCHS; see also FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES)");
+  return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
+}
+
+// The kernel for a backend: cuda-sm90 and cuda-sm80 as asked; auto takes the sm90 kernel on a Hopper device when
+// the build has one for the call, the sm80 kernel otherwise.
+Status select_forward_for(Backend backend, const Problem& p, const DeviceInfo& prop, Backend* chosen,
+                          FwdKernelInfo* kernel) {
+  if (backend == Backend::kCudaSm90 || (backend == Backend::kAuto && prop.major == 9)) {
+    const Status s = select_sm90_forward(p, prop, kernel);
+    if (s.ok() || backend == Backend::kCudaSm90) {
+      *chosen = Backend::kCudaSm90;
+      return s;
+    }
+  }
+  *chosen = Backend::kCudaSm80;
+  return select_sm80_forward(p, prop, kernel);
+}
+
 // The same for the backward.
 Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdKernelInfo* kernel) {
   if (Status s = check_sm80_problem(p, prop, "backward"); !s.ok()) return s;
@@ -169,17 +202,13 @@ Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdK
 }
 
 Status select_forward_kernel(const ForwardParams& params, const Problem& p, Backend* chosen,
-                             sm80::FwdKernelInfo* kernel) {
+                             FwdKernelInfo* kernel) {
   const std::vector<Named> tensors{{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"out", &params.out},
                                    {"lse", &params.lse}};
   const DeviceInfo* prop = nullptr;
   if (Status s = check_device(tensors, params.q.device_index, &prop); !s.ok()) return s;
   if (Status s = check_alignment(tensors); !s.ok()) return s;
-  if (params.backend == Backend::kCudaSm90)
-    return unsupported("backend cuda-sm90: the Hopper kernels are not part of this version; use cuda-sm80 or auto");
-  if (Status s = select_sm80_forward(p, *prop, kernel); !s.ok()) return s;
-  *chosen = Backend::kCudaSm80;
-  return {};
+  return select_forward_for(params.backend, p, *prop, chosen, kernel);
 }
 
 }  // namespace
@@ -187,7 +216,7 @@ Status select_forward_kernel(const ForwardParams& params, const Problem& p, Back
 bool compiled() { return true; }
 
 Status select(const ForwardParams& params, const Problem& p, bool, Backend* chosen) {
-  sm80::FwdKernelInfo kernel;
+  FwdKernelInfo kernel;
   return select_forward_kernel(params, p, chosen, &kernel);
 }
 
@@ -200,7 +229,7 @@ Status select_backward_kernel(const BackwardParams& params, const Problem& p, Ba
   if (Status s = check_device(tensors, params.q.device_index, &prop); !s.ok()) return s;
   if (Status s = check_alignment(tensors); !s.ok()) return s;
   if (params.backend == Backend::kCudaSm90)
-    return unsupported("backend cuda-sm90: the Hopper kernels are not part of this version; use cuda-sm80 or auto");
+    return unsupported("backend cuda-sm90: there is no sm90 backward yet; use cuda-sm80 or auto");
   if (Status s = select_sm80_backward(p, *prop, kernel); !s.ok()) return s;
   *chosen = Backend::kCudaSm80;
   return {};
@@ -237,16 +266,17 @@ FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& p, i
 
 // forward() and backward() run only after select() accepted the call (dispatch.cpp), so they look up the kernel
 // without repeating the pointer and alignment checks (a few CUDA calls each) on every launch.
-Status forward(const ForwardParams& params, const Problem& p, Backend) {
-  sm80::FwdKernelInfo kernel;
+Status forward(const ForwardParams& params, const Problem& p, Backend backend) {
+  FwdKernelInfo kernel;
+  Backend chosen = backend;
   const DeviceInfo* prop = nullptr;
   if (Status s = device_info(params.q.device_index, &prop); !s.ok()) return s;
-  if (Status s = select_sm80_forward(p, *prop, &kernel); !s.ok()) return s;
+  if (Status s = select_forward_for(backend, p, *prop, &chosen, &kernel); !s.ok()) return s;
   if (p.batch == 0 || p.seqlen_q == 0) return {};
   DeviceGuard guard(params.q.device_index);
   const FwdKernelParams k = make_fwd_params(params, p, kernel.block_m);
   if (cudaError_t err = kernel.launch(k, static_cast<cudaStream_t>(params.stream)); err != cudaSuccess)
-    return device_error("sm80 forward launch", err);
+    return device_error(chosen == Backend::kCudaSm90 ? "sm90 forward launch" : "sm80 forward launch", err);
   return {};
 }
 

@@ -1,5 +1,6 @@
-// The CUDA forward (sm80 kernels) against the float64 oracle with the TESTING.md rule. Without a usable GPU
-// every test reports itself skipped, with the reason.
+// The CUDA forward kernels (sm80, and sm90 where the build and the device have it) against the float64 oracle
+// with the TESTING.md rule. Every test runs once per kernel family; without a usable GPU, or for a family the
+// build or the device lacks, the test reports itself skipped, with the reason.
 //
 // Small shapes: whole tensors against oracle and baseline, buffers poisoned with NaN guard bands.
 // Large shapes: sampled rows against the oracle (the whole tensor is still checked for unwritten elements).
@@ -18,12 +19,19 @@ using verify::Inputs;
 using verify::Layout;
 using verify::Problem;
 
-// Every test of this file needs a GPU; without one, SetUp reports the test skipped, with the reason.
-class CudaForward : public ::testing::Test {
+// Every test of this file needs a GPU and the kernel family it is instantiated for (GetParam(): cuda-sm80 or
+// cuda-sm90); without them, SetUp reports the test skipped, with the reason.
+class CudaForward : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
     std::string why;
     if (!verify::cuda_available(&why)) GTEST_SKIP() << "needs a CUDA GPU: " << why;
+    if (GetParam() == Backend::kCudaSm90) {  // a build without the sm90 kernels, or a device that is not sm_90
+      verify::Problem probe;
+      const verify::CheckResult r = verify::check(probe, 1, Backend::kCudaSm90, false, Device::kCUDA);
+      if (r.error.find("cuda-sm90") != std::string::npos || r.error.find("sm90 kernel") != std::string::npos)
+        GTEST_SKIP() << r.error;
+    }
   }
 };
 
@@ -39,21 +47,21 @@ Problem make_problem(const Shape& s, DType dtype) {
   return p;
 }
 
-void expect_pass(const Problem& p, uint64_t seed) {
-  const verify::CheckResult r = verify::check(p, seed, Backend::kAuto, /*with_backward=*/false, Device::kCUDA);
+void expect_pass(const Problem& p, uint64_t seed, Backend backend) {
+  const verify::CheckResult r = verify::check(p, seed, backend, /*with_backward=*/false, Device::kCUDA);
   EXPECT_TRUE(r.pass()) << p.describe() << " seed " << seed << ": " << r.summary();
 }
 
 // Every instantiated head dim, padded ones in between, seqlens off the tile grid, both dtypes.
-TEST_F(CudaForward, HeadDimsAndSeqlens) {
+TEST_P(CudaForward, HeadDimsAndSeqlens) {
   uint64_t seed = 1000;
   for (DType dt : {DType::kBFloat16, DType::kFloat16})
     for (int64_t d : {8, 40, 64, 72, 96, 128, 160, 192, 200, 256})
       for (int64_t s : {1, 17, 129, 255})
-        expect_pass(make_problem({2, s, s, 2, 2, d}, dt), seed++);
+        expect_pass(make_problem({2, s, s, 2, 2, d}, dt), seed++, GetParam());
 }
 
-TEST_F(CudaForward, MasksAndSoftcap) {
+TEST_P(CudaForward, MasksAndSoftcap) {
   struct MaskCase {
     bool causal;
     int64_t left, right;
@@ -72,78 +80,83 @@ TEST_F(CudaForward, MasksAndSoftcap) {
       p.options.window_right = m.right;
       p.options.softcap = m.softcap;
       p.inputs = seed % 3 == 0 ? Inputs::kPeaked : Inputs::kNormal;
-      expect_pass(p, seed++);
+      expect_pass(p, seed++, GetParam());
     }
 }
 
-TEST_F(CudaForward, LayoutsGqaAndScale) {
+TEST_P(CudaForward, LayoutsGqaAndScale) {
   uint64_t seed = 3000;
   for (Layout layout : {Layout::kContiguous, Layout::kHeadsFirst, Layout::kPadded})
     for (int64_t group : {1, 2, 3, 4, 8}) {
       Problem p = make_problem({2, 130, 190, 8 * 3, 8 * 3 / group, 128}, DType::kBFloat16);
       p.layout = layout;
       p.options.softmax_scale = 0.05f;
-      expect_pass(p, seed++);
+      expect_pass(p, seed++, GetParam());
     }
 }
 
 // Rows that see no key (causal with Sq > Sk) get O = 0 and LSE = -inf; the rule checks both.
-TEST_F(CudaForward, RowsWithNoVisibleKey) {
+TEST_P(CudaForward, RowsWithNoVisibleKey) {
   Problem p = make_problem({1, 300, 40, 2, 2, 64}, DType::kBFloat16);
   p.options.causal = true;
-  expect_pass(p, 4000);
+  expect_pass(p, 4000, GetParam());
   p = make_problem({1, 64, 64, 2, 2, 64}, DType::kFloat16);
   p.options.window_left = 0;
   p.options.window_right = -1;
   p.options.causal = true;  // window (0, 0): each row sees only its diagonal key
-  expect_pass(p, 4001);
+  expect_pass(p, 4001, GetParam());
 }
 
-TEST_F(CudaForward, EmptyProblems) {
-  expect_pass(make_problem({0, 64, 64, 2, 2, 64}, DType::kBFloat16), 5000);
-  expect_pass(make_problem({2, 0, 64, 2, 2, 64}, DType::kBFloat16), 5001);
-  expect_pass(make_problem({2, 33, 0, 2, 2, 64}, DType::kBFloat16), 5002);  // no keys: O = 0, LSE = -inf
+TEST_P(CudaForward, EmptyProblems) {
+  expect_pass(make_problem({0, 64, 64, 2, 2, 64}, DType::kBFloat16), 5000, GetParam());
+  expect_pass(make_problem({2, 0, 64, 2, 2, 64}, DType::kBFloat16), 5001, GetParam());
+  expect_pass(make_problem({2, 33, 0, 2, 2, 64}, DType::kBFloat16), 5002, GetParam());  // no keys: O = 0, LSE = -inf
 }
 
 // The forward is bitwise deterministic: two runs on the same inputs agree in every bit.
-TEST_F(CudaForward, BitwiseDeterministic) {
+TEST_P(CudaForward, BitwiseDeterministic) {
   Problem p = make_problem({4, 1000, 1000, 8, 2, 128}, DType::kBFloat16);
   p.options.causal = true;
   verify::Case a = verify::Case::make(p, 6000, false), b = verify::Case::make(p, 6000, false);
-  ASSERT_TRUE(verify::run_forward(a, Backend::kAuto, Device::kCUDA).ok());
-  ASSERT_TRUE(verify::run_forward(b, Backend::kAuto, Device::kCUDA).ok());
+  ASSERT_TRUE(verify::run_forward(a, GetParam(), Device::kCUDA).ok());
+  ASSERT_TRUE(verify::run_forward(b, GetParam(), Device::kCUDA).ok());
   EXPECT_EQ(a.out.to_doubles(), b.out.to_doubles());
   EXPECT_EQ(a.lse.to_doubles(), b.lse.to_doubles());
 }
 
 // Large shapes and grid limits: sampled rows against the oracle, every element written.
-void expect_large_pass(const Problem& p, uint64_t seed) {
+void expect_large_pass(const Problem& p, uint64_t seed, Backend backend) {
   verify::Case c = verify::Case::make(p, seed, false);
-  const Status s = verify::run_forward(c, Backend::kAuto, Device::kCUDA);
+  const Status s = verify::run_forward(c, backend, Device::kCUDA);
   ASSERT_TRUE(s.ok()) << p.describe() << ": " << s.message;
   EXPECT_EQ(c.out.unwritten(), 0) << p.describe();
   const verify::CheckResult r = verify::check_rows(c, verify::sample_rows(p, 48, seed));
   EXPECT_TRUE(r.pass()) << p.describe() << " seed " << seed << ": " << r.summary();
 }
 
-TEST_F(CudaForward, LargeShapes) {
+TEST_P(CudaForward, LargeShapes) {
   Problem p = make_problem({2, 4096, 4096, 16, 16, 128}, DType::kBFloat16);
   p.options.causal = true;
-  expect_large_pass(p, 7000);
-  expect_large_pass(make_problem({1, 8192, 8192, 8, 2, 64}, DType::kFloat16), 7001);
+  expect_large_pass(p, 7000, GetParam());
+  expect_large_pass(make_problem({1, 8192, 8192, 8, 2, 64}, DType::kFloat16), 7001, GetParam());
 }
 
 // More than 65535 CTAs: (query blocks) x batch x heads = 1 x 70000 x 1.
-TEST_F(CudaForward, GridAbove65535Blocks) {
-  expect_large_pass(make_problem({70000, 16, 16, 1, 1, 64}, DType::kBFloat16), 8000);
+TEST_P(CudaForward, GridAbove65535Blocks) {
+  expect_large_pass(make_problem({70000, 16, 16, 1, 1, 64}, DType::kBFloat16), 8000, GetParam());
 }
 
-TEST_F(CudaForward, BadInputsWriteNothing) {
+TEST_P(CudaForward, BadInputsWriteNothing) {
   // fp32 is a CPU-only dtype: the selector refuses it for CUDA tensors, and the output stays poisoned.
   Problem p = make_problem({1, 64, 64, 2, 2, 64}, DType::kFloat32);
-  const verify::CheckResult r = verify::check(p, 9000, Backend::kAuto, false, Device::kCUDA);
+  const verify::CheckResult r = verify::check(p, 9000, GetParam(), false, Device::kCUDA);
   EXPECT_NE(r.error.find("float32"), std::string::npos) << r.error;
 }
+
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaForward, ::testing::Values(Backend::kCudaSm80, Backend::kCudaSm90),
+                         [](const ::testing::TestParamInfo<Backend>& info) {
+                           return std::string(info.param == Backend::kCudaSm90 ? "sm90" : "sm80");
+                         });
 
 }  // namespace
 }  // namespace flashtile

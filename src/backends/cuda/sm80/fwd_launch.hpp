@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "backends/cuda/bwd_kernel_params.hpp"
-#include "backends/cuda/fwd_kernel_params.hpp"
+#include "backends/cuda/fwd_kernel_info.hpp"
 #include "flashtile/flashtile.hpp"
 
 namespace flashtile::cuda::sm80 {
@@ -24,14 +24,8 @@ enum FwdVariant : int {
 template <typename T, int kHeadDim, int kVariant, typename Config>
 cudaError_t launch_fwd(const FwdKernelParams& params, cudaStream_t stream);
 
-using FwdLauncher = cudaError_t (*)(const FwdKernelParams&, cudaStream_t);
-
-struct FwdKernelInfo {
-  FwdLauncher launch = nullptr;
-  int head_dim = 0;     // the instantiated head dim the call is padded up to
-  int block_m = 0;      // query rows per CTA
-  int smem_bytes = 0;
-};
+using cuda::FwdKernelInfo;
+using cuda::FwdLauncher;
 
 // The FlashAttention-1 schedule (fwd_fa1_kernel.cuh), for the ablation only; p.fa1_o / fa1_max / fa1_sum must
 // hold fwd_fa1_workspace_floats() floats between them.

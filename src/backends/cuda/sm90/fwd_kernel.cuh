@@ -1,0 +1,337 @@
+// The sm90 forward kernel (H100, H200): the FlashAttention-2 schedule on Hopper's machinery.
+//   - one CTA per (query block of 128 rows, batch x head), heavy causal blocks first, as the sm80 kernel;
+//   - warp specialization: warpgroup 0 is the producer. It gives its registers away (setmaxnreg) and one
+//     thread issues every copy: Q once, then K and V tiles by TMA into a kStages-deep mbarrier pipeline
+//     (cutlass::PipelineTmaAsync), K/V for GQA from head h / group;
+//   - warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T on wgmma from shared memory, the online
+//     softmax in registers (exp2, the scale folded into one FMA, the rescale of O when the max moves and one
+//     division per row at the end), then O += P V on wgmma with P taken from registers;
+//   - masks (causal, sliding window, the sequence end) only on tiles that need them; softcap before the mask;
+//     tiles the mask hides entirely are never loaded.
+// Shared memory (T = bf16 or fp16), rows of the head dim swizzled (128-byte swizzle, 64-byte for D = 96):
+//   sQ (128 x kHeadDim), sK [kStages] (kBlockN x kHeadDim), sV [kStages] (kBlockN x kHeadDim, read transposed
+//   as kHeadDim x kBlockN: MN-major for P V's B operand)
+// Registers per consumer thread: S (64 x kBlockN) kBlockN / 2 floats, O (64 x kHeadDim) kHeadDim / 2 floats.
+#pragma once
+
+#include <cute/tensor.hpp>  // first: the atom headers below expect it
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/numeric_types.h>
+#include <cutlass/pipeline/sm90_pipeline.hpp>
+
+#include <cmath>
+#include <type_traits>
+#include <utility>
+
+#include "backends/cuda/fwd_kernel_params.hpp"
+#include "backends/cuda/sm90/fwd_config.hpp"
+
+namespace flashtile::cuda::sm90 {
+
+// Everything one (dtype, head dim) instantiation is made of. T is cutlass::bfloat16_t or cutlass::half_t.
+template <typename T, int kHeadDim_>
+struct FwdTraits {
+  using Element = T;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockN = FwdConfig<kHeadDim>::kBlockN, kStages = FwdConfig<kHeadDim>::kStages;
+  static constexpr int kConsumers = 2, kBlockM = 64 * kConsumers, kThreads = 128 * (kConsumers + 1);
+  static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "swizzle atoms span 32 or 64 columns; P V steps 16 keys");
+
+  // Q, K and V stored with the head dim contiguous: K-major for S = Q K^T, and V's transposed view (head dim x
+  // keys) is MN-major for P V's B operand.
+  using SwizzleAtom = std::conditional_t<kHeadDim % 64 == 0, cute::GMMA::Layout_K_SW128_Atom<T>,
+                                         cute::GMMA::Layout_K_SW64_Atom<T>>;
+  using M = cute::Int<kBlockM>;
+  using N = cute::Int<kBlockN>;
+  using D = cute::Int<kHeadDim>;
+  using S = cute::Int<kStages>;
+  using SmemLayoutQ = decltype(cute::tile_to_shape(SwizzleAtom{}, cute::Shape<M, D>{}));
+  using SmemLayoutKV = decltype(cute::tile_to_shape(SwizzleAtom{}, cute::Shape<N, D, S>{}));
+  using SmemLayoutVt = decltype(cute::composition(
+      SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<D, N, S>{}, cute::Step<cute::_2, cute::_1, cute::_3>{})));
+
+  // One consumer warpgroup's products: S (64 x kBlockN) from shared memory; O (64 x kHeadDim) from P in
+  // registers and V.
+  using MmaQK = decltype(cute::make_tiled_mma(cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, N, D>>()));
+  using MmaPV = decltype(cute::make_tiled_mma(cute::GMMA::rs_op_selector<T, T, float, cute::Shape<cute::_64, D, N>,
+                                                                         cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
+
+  // q, k or v as (seqlen, head dim, heads, batch) over its strides: what the TMA descriptors describe. The head
+  // dim is the call's (columns past it are zero-filled up to kHeadDim).
+  static auto gmem_tensor(const void* ptr, int seqlen, int head_dim, int heads, int batch, const int64_t* stride) {
+    using namespace cute;
+    return cute::make_tensor(make_gmem_ptr(static_cast<const T*>(ptr)),
+                       make_layout(make_shape(seqlen, head_dim, heads, batch),
+                                   make_stride(stride[1], _1{}, stride[2], stride[0])));
+  }
+  using GmemTensor = decltype(gmem_tensor(nullptr, 1, 1, 1, 1, nullptr));
+  using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemTensor>(), SmemLayoutQ{}));
+  using TmaKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemTensor>(),
+                                             cute::take<0, 2>(SmemLayoutKV{})));
+  using Pipeline = cutlass::PipelineTmaAsync<kStages>;
+
+  struct SharedStorage {
+    alignas(1024) T q[cute::cosize_v<SmemLayoutQ>];
+    alignas(1024) T k[cute::cosize_v<SmemLayoutKV>];
+    alignas(1024) T v[cute::cosize_v<SmemLayoutKV>];
+    alignas(16) uint64_t q_full;  // mbarrier: Q has landed
+    typename Pipeline::SharedStorage pipeline_k, pipeline_v;
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+
+  struct Params {
+    TmaQ tma_q;
+    TmaKV tma_k, tma_v;
+    FwdKernelParams f;
+  };
+};
+
+// The CTA's place: query block (heavy causal blocks first), batch, head, and the K/V tiles its rows see.
+struct CtaBlock {
+  int row0, b, h, hk, n_first, n_last;  // tiles [n_first, n_last]; none when n_first > n_last
+  template <int kBlockM, int kBlockN>
+  __device__ static CtaBlock make(const FwdKernelParams& f) {
+    CtaBlock c;
+    const int m_block = f.m_blocks - 1 - static_cast<int>(blockIdx.x % f.m_blocks);
+    const int bh = static_cast<int>(blockIdx.x / f.m_blocks);
+    c.b = bh / f.heads_q, c.h = bh % f.heads_q, c.hk = c.h / f.group;
+    c.row0 = m_block * kBlockM;
+    const int row_last = min(c.row0 + kBlockM, f.seqlen_q) - 1;
+    const int key_begin = max(0, c.row0 + f.key_offset - f.window_left);
+    const int key_end = min(f.seqlen_k, row_last + f.key_offset + f.window_right + 1);
+    c.n_first = key_begin / kBlockN;
+    c.n_last = key_begin < key_end ? (key_end - 1) / kBlockN : c.n_first - 1;
+    return c;
+  }
+};
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+// One consumer warpgroup: its accumulators, running max and sum, and the per-tile math. Accumulator element i
+// of a thread sits at (row, column) = identity-partition(i) within the warpgroup's 64 rows; a thread holds rows
+// r and r + 8 ((i / 2) % 2 says which) and, for each 8-column block, columns 2t and 2t + 1 (i % 2).
+template <typename Traits, bool kSoftcap>
+struct Consumer {
+  using T = typename Traits::Element;
+  static constexpr int kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  typename Traits::MmaQK mma_qk;
+  typename Traits::MmaPV mma_pv;
+  decltype(typename Traits::MmaQK{}.get_thread_slice(0)) thr_qk;
+  decltype(typename Traits::MmaPV{}.get_thread_slice(0)) thr_pv;
+  decltype(cute::partition_fragment_C(typename Traits::MmaQK{}, cute::Shape<cute::_64, cute::Int<kBlockN>>{})) tSrS;
+  decltype(cute::partition_fragment_C(typename Traits::MmaPV{}, cute::Shape<cute::_64, cute::Int<kHeadDim>>{})) tOrO;
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // raw score units; per-thread sums
+  int first_row;  // the warpgroup's first query row
+
+  __device__ Consumer(int thread_in_warpgroup, int first_row_)
+      : thr_qk(mma_qk.get_thread_slice(thread_in_warpgroup)),
+        thr_pv(mma_pv.get_thread_slice(thread_in_warpgroup)),
+        first_row(first_row_) {
+    cute::clear(tOrO);
+  }
+
+  // S = Q K^T, both operands from shared memory; S overwritten.
+  template <class SmemQ, class SmemK>
+  __device__ void scores(const SmemQ& sQ, const SmemK& sK) {
+    using namespace cute;
+    auto tSrQ = thr_qk.partition_fragment_A(sQ);
+    auto tSrK = thr_qk.partition_fragment_B(sK);
+    warpgroup_fence_operand(tSrS);
+    warpgroup_arrive();
+    mma_qk.accumulate_ = GMMA::ScaleOut::Zero;
+    CUTE_UNROLL
+    for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
+      cute::gemm(mma_qk, tSrQ(_, _, kb), tSrK(_, _, kb), tSrS);
+      mma_qk.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrS);
+  }
+
+  // Softcap, then the mask (kMasked: this tile has keys some of the warpgroup's rows do not see), then
+  // P = exp2(S * scale_log2 - max) in place, and O rescaled by the change of the running max.
+  template <bool kMasked>
+  __device__ void softmax(int col0, const FwdKernelParams& f) {
+    using namespace cute;
+    auto tScS = thr_qk.partition_C(make_identity_tensor(Shape<_64, Int<kBlockN>>{}));
+    CUTE_UNROLL
+    for (int i = 0; i < size(tSrS); ++i) {
+      float x = tSrS(i);
+      if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
+      if (kMasked) {
+        const int row = first_row + get<0>(tScS(i)), key = col0 + get<1>(tScS(i));
+        const bool visible = key < f.seqlen_k && key >= row + f.key_offset - f.window_left &&
+                             key <= row + f.key_offset + f.window_right;
+        x = visible ? x : -INFINITY;
+      }
+      tSrS(i) = x;
+    }
+    float alpha[2];
+    CUTE_UNROLL
+    for (int hr = 0; hr < 2; ++hr) {
+      float mx = row_max[hr];
+      CUTE_UNROLL
+      for (int i = 2 * hr; i < size(tSrS); i += 4) mx = fmaxf(mx, fmaxf(tSrS(i), tSrS(i + 1)));
+      mx = quad_max(mx);
+      const float shift = mx == -INFINITY ? 0.0f : mx * f.scale_log2;  // a row with no key yet
+      alpha[hr] = exp2f(row_max[hr] * f.scale_log2 - shift);
+      row_max[hr] = mx;
+      float sum = 0.0f;
+      CUTE_UNROLL
+      for (int i = 2 * hr; i < size(tSrS); i += 4) {
+        tSrS(i) = exp2f(fmaf(tSrS(i), f.scale_log2, -shift));
+        tSrS(i + 1) = exp2f(fmaf(tSrS(i + 1), f.scale_log2, -shift));
+        sum += tSrS(i) + tSrS(i + 1);
+      }
+      row_sum[hr] = row_sum[hr] * alpha[hr] + sum;
+    }
+    CUTE_UNROLL
+    for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= alpha[(i / 2) % 2];
+  }
+
+  // O += P V with P from registers: the S accumulator's (pair, row half, 8-key block) order is the register A
+  // operand's (pair, row half, k half) per 16-key step, so a copy in T in the same order is the A fragment.
+  template <class SmemVt>
+  __device__ void accumulate(const SmemVt& sVt) {
+    using namespace cute;
+    auto rP = cute::make_tensor<T>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>>{});
+    CUTE_UNROLL
+    for (int i = 0; i < size(tSrS); ++i) rP(i) = T(tSrS(i));
+    auto tOrV = thr_pv.partition_fragment_B(sVt);
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int kb = 0; kb < size<2>(rP); ++kb) cute::gemm(mma_pv, rP(_, _, kb), tOrV(_, _, kb), tOrO);
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tOrO);
+  }
+
+  // O / l to global memory and the LSE; rows that saw no key get O = 0 and LSE = -inf.
+  __device__ void store(const FwdKernelParams& f, int b, int h) {
+    using namespace cute;
+    auto tOcO = thr_pv.partition_C(make_identity_tensor(Shape<_64, Int<kHeadDim>>{}));
+    float inv[2], lse[2];
+    CUTE_UNROLL
+    for (int hr = 0; hr < 2; ++hr) {
+      const float l = quad_sum(row_sum[hr]);
+      const bool seen = row_max[hr] != -INFINITY;
+      inv[hr] = seen ? 1.0f / l : 0.0f;
+      lse[hr] = seen ? (row_max[hr] * f.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
+    }
+    T* o_head = static_cast<T*>(f.o) + b * f.o_stride[0] + h * f.o_stride[2];
+    CUTE_UNROLL
+    for (int i = 0; i < size(tOrO); i += 2) {
+      const int row = first_row + get<0>(tOcO(i)), col = get<1>(tOcO(i)), hr = (i / 2) % 2;
+      if (row >= f.seqlen_q) continue;
+      T* dst = o_head + row * f.o_stride[1] + col;
+      if (col < f.head_dim) dst[0] = T(tOrO(i) * inv[hr]), dst[1] = T(tOrO(i + 1) * inv[hr]);
+      if (f.lse != nullptr && col == 0)  // the quad's first thread writes its rows' LSE
+        f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] = lse[hr];
+    }
+  }
+};
+
+template <typename Traits, bool kSoftcap>
+__global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ typename Traits::Params p) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace cute;  // flashtile::Tensor / make_tensor are spelled cute:: where both are visible
+  using T = typename Traits::Element;
+  using Pipeline = typename Traits::Pipeline;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kHeadDim = Traits::kHeadDim;
+  constexpr int kStages = Traits::kStages;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
+  const FwdKernelParams& f = p.f;
+  const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f);
+  const int warpgroup = static_cast<int>(threadIdx.x / 128);
+
+  if (threadIdx.x == 0) {
+    prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
+    prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
+    prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+    cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
+  }
+  typename Pipeline::Params pipe;
+  pipe.role = warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
+  pipe.is_leader = threadIdx.x == 0;  // the one producer thread that issues the copies
+  pipe.num_consumers = Traits::kConsumers * 128;
+  pipe.transaction_bytes = kBlockN * kHeadDim * sizeof(T);
+  Pipeline pipeline_k(smem.pipeline_k, pipe, Shape<_1, _1, _1>{});
+  Pipeline pipeline_v(smem.pipeline_v, pipe, Shape<_1, _1, _1>{});
+  __syncthreads();  // barriers initialised before anyone waits on them
+
+  auto sQ = cute::make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
+  auto sK = cute::make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{});
+  auto sV = cute::make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{});
+  if (warpgroup == 0) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<24>();
+    if (threadIdx.x == 0 && blk.n_first <= blk.n_last) {
+      const auto shape_q = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
+      const auto shape_kv = make_shape(f.seqlen_k, f.head_dim, f.heads_q / f.group, f.batch);
+      auto mQ = p.tma_q.get_tma_tensor(shape_q);
+      auto mK = p.tma_k.get_tma_tensor(shape_kv);
+      auto mV = p.tma_v.get_tma_tensor(shape_kv);
+      using TileM = Shape<Int<kBlockM>, Int<kHeadDim>>;
+      using TileN = Shape<Int<kBlockN>, Int<kHeadDim>>;
+      auto gQ = local_tile(mQ(_, _, blk.h, blk.b), TileM{}, make_coord(blk.row0 / kBlockM, 0));  // (M, D)
+      auto gK = local_tile(mK(_, _, blk.hk, blk.b), TileN{}, make_coord(_, 0));               // (N, D, n)
+      auto gV = local_tile(mV(_, _, blk.hk, blk.b), TileN{}, make_coord(_, 0));
+      auto [tQg, tQs] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+      auto [tKg, tKs] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+      auto [tVg, tVs] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+      constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(T);
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, kQBytes);
+      copy(p.tma_q.with(smem.q_full), tQg, tQs);
+      auto state = cutlass::make_producer_start_state<Pipeline>();
+      for (int n = blk.n_first; n <= blk.n_last; ++n, ++state) {
+        pipeline_k.producer_acquire(state);
+        copy(p.tma_k.with(*pipeline_k.producer_get_barrier(state)), tKg(_, n), tKs(_, state.index()));
+        pipeline_v.producer_acquire(state);
+        copy(p.tma_v.with(*pipeline_v.producer_get_barrier(state)), tVg(_, n), tVs(_, state.index()));
+      }
+    }
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<240>();
+  const int consumer = warpgroup - 1;
+  Consumer<Traits, kSoftcap> c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
+  auto sVt = cute::make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
+  auto sQ_wg = local_tile(sQ, Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0));  // this warpgroup's rows
+  // Rows the mask may hide keys from: the warpgroup's rows, up to the last real one.
+  const int last_row = min(c.first_row + 63, f.seqlen_q - 1);
+  if (blk.n_first <= blk.n_last) cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, 0);
+  cutlass::PipelineState<kStages> state;
+  for (int n = blk.n_first; n <= blk.n_last; ++n, ++state) {
+    const int col0 = n * kBlockN;
+    pipeline_k.consumer_wait(state);
+    c.scores(sQ_wg, sK(_, _, state.index()));
+    pipeline_k.consumer_release(state);  // the products have read K (warpgroup_wait in scores)
+    const bool full_tile = last_row + f.key_offset - f.window_left <= col0 &&
+                           c.first_row + f.key_offset + f.window_right >= col0 + kBlockN - 1 &&
+                           col0 + kBlockN <= f.seqlen_k;
+    if (full_tile)
+      c.template softmax<false>(col0, f);
+    else
+      c.template softmax<true>(col0, f);
+    pipeline_v.consumer_wait(state);
+    c.accumulate(sVt(_, _, state.index()));
+    pipeline_v.consumer_release(state);
+  }
+  c.store(f, blk.b, blk.h);
+#endif
+}
+
+}  // namespace flashtile::cuda::sm90

@@ -1,0 +1,53 @@
+// Launches the sm90 forward for one (dtype, head dim) instantiation: builds the TMA descriptors of q, k and v
+// from the call's shapes and strides, then the kernel. Included only by the generated translation units
+// (cmake/cuda_instantiations.cmake), so each kernel compiles once.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <type_traits>
+
+#include "backends/cuda/sm90/fwd_kernel.cuh"
+#include "backends/cuda/sm90/fwd_launch.hpp"
+
+namespace flashtile::cuda::sm90 {
+
+// A TMA descriptor needs every stride to be a multiple of 16 bytes, even where the extent is 1 and the stride
+// is never used; the library's checks only cover extents above 1 (cuda_backend.cpp), so those get 8 elements.
+inline void tma_safe_strides(const int64_t (&in)[3], int batch, int seqlen, int heads, int64_t (&out)[3]) {
+  const int extent[3] = {batch, seqlen, heads};
+  for (int d = 0; d < 3; ++d) out[d] = extent[d] > 1 ? in[d] : 8;
+}
+
+template <typename T, int kHeadDim>
+cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
+  using Element = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, cutlass::bfloat16_t, cutlass::half_t>;
+  using Traits = FwdTraits<Element, kHeadDim>;
+  const int heads_kv = f.heads_q / f.group;
+  int64_t q_stride[3], k_stride[3], v_stride[3];
+  tma_safe_strides(f.q_stride, f.batch, f.seqlen_q, f.heads_q, q_stride);
+  tma_safe_strides(f.k_stride, f.batch, f.seqlen_k, heads_kv, k_stride);
+  tma_safe_strides(f.v_stride, f.batch, f.seqlen_k, heads_kv, v_stride);
+  const auto kv_layout = cute::take<0, 2>(typename Traits::SmemLayoutKV{});
+  const typename Traits::Params p{
+      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
+                          Traits::gmem_tensor(f.q, f.seqlen_q, f.head_dim, f.heads_q, f.batch, q_stride),
+                          typename Traits::SmemLayoutQ{}),
+      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
+                          Traits::gmem_tensor(f.k, f.seqlen_k, f.head_dim, heads_kv, f.batch, k_stride), kv_layout),
+      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
+                          Traits::gmem_tensor(f.v, f.seqlen_k, f.head_dim, heads_kv, f.batch, v_stride), kv_layout),
+      f};
+  auto kernel = f.softcap > 0 ? fwd_kernel<Traits, true> : fwd_kernel<Traits, false>;
+  if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+      err != cudaSuccess)
+    return err;
+  // One CTA per (query block, batch x head), flattened into x (up to 2^31 - 1 blocks, unlike y and z).
+  const int64_t blocks = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
+  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace flashtile::cuda::sm90

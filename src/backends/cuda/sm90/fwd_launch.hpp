@@ -1,0 +1,22 @@
+// The sm90 forward as the host sees it: which instantiations this build has, and how to launch one.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/cuda/fwd_kernel_info.hpp"
+#include "flashtile/flashtile.hpp"
+
+namespace flashtile::cuda::sm90 {
+
+// Defined in fwd_launch.cuh; explicitly instantiated once per generated translation unit.
+template <typename T, int kHeadDim>
+cudaError_t launch_fwd(const FwdKernelParams& params, cudaStream_t stream);
+
+using cuda::FwdKernelInfo;
+using cuda::FwdLauncher;
+
+// The smallest instantiated head dim >= head_dim for dtype (generated: fwd_sm90_registry.cu); launch is null
+// when this build has none (FLASHTILE_CUDA_SM90=OFF, or the head dim / dtype lists left it out).
+FwdKernelInfo find_fwd(DType dtype, int head_dim);
+
+}  // namespace flashtile::cuda::sm90
