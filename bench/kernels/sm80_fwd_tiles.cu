@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cuda/sm80/fwd_kernel.cuh"
+#include "harness.hpp"
 
 using namespace flashtile::cuda;
 using namespace flashtile::cuda::sm80;
@@ -20,15 +21,6 @@ struct Tiles {
   static constexpr int kBlockN = kBlockN_, kNWarps = kNWarps_, kMSlices = kMSlices_, kStages = kStages_;
 };
 
-#define CHECK(x)                                                                        \
-  do {                                                                                  \
-    cudaError_t e = (x);                                                                \
-    if (e != cudaSuccess) {                                                             \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e));     \
-      std::exit(1);                                                                     \
-    }                                                                                   \
-  } while (0)
-
 struct Problem {
   int batch, seqlen, heads, dim;
   bool causal;
@@ -36,34 +28,12 @@ struct Problem {
 
 template <typename Traits>
 float time_variant(const Problem& pr, const void* q, const void* k, const void* v, void* o, float* lse) {
-  FwdKernelParams p{};
-  p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
-  const int64_t row = int64_t(pr.heads) * pr.dim, batch = row * pr.seqlen;
-  for (int64_t* st : {p.q_stride, p.k_stride, p.v_stride, p.o_stride}) st[0] = batch, st[1] = row, st[2] = pr.dim;
-  p.lse_stride[0] = int64_t(pr.heads) * pr.seqlen, p.lse_stride[1] = pr.seqlen, p.lse_stride[2] = 1;
-  p.batch = pr.batch, p.heads_q = pr.heads, p.group = 1, p.seqlen_q = p.seqlen_k = pr.seqlen, p.head_dim = pr.dim;
-  p.key_offset = 0, p.window_left = 2 * pr.seqlen, p.window_right = pr.causal ? 0 : 2 * pr.seqlen;
-  p.scale_log2 = 1.4426950408889634f / std::sqrt(float(pr.dim));
-  p.m_blocks = (pr.seqlen + Traits::kBlockM - 1) / Traits::kBlockM;
+  const FwdKernelParams p =
+      harness::bshd_params(q, k, v, o, lse, pr.batch, pr.seqlen, pr.heads, pr.dim, pr.causal, Traits::kBlockM);
   auto kernel = fwd_kernel<Traits, __nv_bfloat16, false, kV2>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
   const unsigned blocks = unsigned(p.m_blocks) * pr.batch * pr.heads;
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 25; ++i) {
-    CHECK(cudaEventRecord(a));
-    kernel<<<blocks, Traits::kThreads, Traits::kSmemBytes>>>(p);
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float t;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    if (i >= 5) ms.push_back(t);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return harness::median_ms([&] { kernel<<<blocks, Traits::kThreads, Traits::kSmemBytes>>>(p); });
 }
 
 template <int D, typename Config>
@@ -89,15 +59,7 @@ void run(const char* name, const Problem& pr, const void* q, const void* k, cons
 template <int D, typename... Configs>
 void sweep(const Problem& pr, const char* const* names) {
   const size_t n = size_t(pr.batch) * pr.seqlen * pr.heads * pr.dim;
-  std::vector<uint16_t> host(n);
-  uint32_t x = 12345;
-  for (auto& h : host) {  // bf16 of a roughly normal value from a small LCG: no zeros
-    x = x * 1664525u + 1013904223u;
-    const float f = (float((x >> 8) & 0xffff) / 65536.0f - 0.5f) * 3.4f;
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    h = uint16_t(u >> 16);
-  }
+  const std::vector<uint16_t> host = harness::bf16_inputs(n, 12345);
   void *q, *k, *v, *o;
   float* lse;
   for (void** p : {&q, &k, &v, &o}) CHECK(cudaMalloc(p, n * 2));

@@ -18,6 +18,7 @@
 
 #include "backends/cuda/sm80/fwd_kernel.cuh"
 #include "backends/cuda/sm90/fwd_launch.cuh"
+#include "harness.hpp"
 
 namespace sm90_harness {
 
@@ -90,42 +91,6 @@ __global__ void __launch_bounds__(kThreads0, 1) fwd_wgmma_kernel(const flashtile
 
 }  // namespace sm90_harness
 
-#define CHECK(x)                                                                    \
-  do {                                                                              \
-    cudaError_t e = (x);                                                            \
-    if (e != cudaSuccess) {                                                         \
-      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                                 \
-    }                                                                               \
-  } while (0)
-
-template <typename Launch>
-float median_ms(Launch launch) {
-  cudaEvent_t a, b;
-  CHECK(cudaEventCreate(&a));
-  CHECK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < 25; ++i) {
-    CHECK(cudaEventRecord(a));
-    launch();
-    CHECK(cudaEventRecord(b));
-    CHECK(cudaEventSynchronize(b));
-    float t;
-    CHECK(cudaEventElapsedTime(&t, a, b));
-    if (i >= 5) ms.push_back(t);
-  }
-  CHECK(cudaGetLastError());
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
-float bf16_to_float(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 // Max |a - b| over all outputs, the largest |b|, and how many of a are not finite (NaN: never written).
 struct Agreement {
   double worst = 0, scale = 0;
@@ -138,7 +103,7 @@ Agreement compare(const void* a_dev, const void* b_dev, size_t n) {
   CHECK(cudaMemcpy(b.data(), b_dev, n * 2, cudaMemcpyDeviceToHost));
   Agreement r;
   for (size_t i = 0; i < n; ++i) {
-    const float fa = bf16_to_float(a[i]), fb = bf16_to_float(b[i]);
+    const float fa = harness::bf16_to_float(a[i]), fb = harness::bf16_to_float(b[i]);
     if (!std::isfinite(fa)) ++r.non_finite;
     r.worst = std::max(r.worst, double(std::fabs(fa - fb)));
     r.scale = std::max(r.scale, double(std::fabs(fb)));
@@ -153,15 +118,7 @@ void run(int batch, int seqlen, int heads, bool causal) {
   namespace h = sm90_harness;
   constexpr int D = h::kHeadDim;
   const size_t n = size_t(batch) * seqlen * heads * D;
-  std::vector<uint16_t> host(n);
-  uint32_t x = 2024;
-  for (auto& e : host) {  // bf16 of roughly uniform values in [-1.7, 1.7): no zeros
-    x = x * 1664525u + 1013904223u;
-    const float f = (float((x >> 8) & 0xffff) / 65536.0f - 0.5f) * 3.4f;
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    e = uint16_t(u >> 16);
-  }
+  const std::vector<uint16_t> host = harness::bf16_inputs(n, 2024);
   void *q, *k, *v, *o0, *o1, *o80;
   float* lse;
   for (void** ptr : {&q, &k, &v, &o0, &o1, &o80}) CHECK(cudaMalloc(ptr, n * 2));
@@ -169,30 +126,22 @@ void run(int batch, int seqlen, int heads, bool causal) {
   for (void* ptr : {q, k, v}) CHECK(cudaMemcpy(ptr, host.data(), n * 2, cudaMemcpyHostToDevice));
   for (void* ptr : {o0, o1, o80}) CHECK(cudaMemset(ptr, 0xff, n * 2));  // NaN: unwritten outputs show
 
-  FwdKernelParams f{};  // BSHD contiguous, Sq = Sk, no GQA
-  f.q = q, f.k = k, f.v = v, f.lse = lse;
-  const int64_t row = int64_t(heads) * D;
-  for (int64_t* st : {f.q_stride, f.k_stride, f.v_stride, f.o_stride}) st[0] = row * seqlen, st[1] = row, st[2] = D;
-  f.lse_stride[0] = int64_t(heads) * seqlen, f.lse_stride[1] = seqlen, f.lse_stride[2] = 1;
-  f.batch = batch, f.heads_q = heads, f.group = 1, f.seqlen_q = f.seqlen_k = seqlen, f.head_dim = D;
-  f.key_offset = 0, f.window_left = 2 * seqlen, f.window_right = causal ? 0 : 2 * seqlen;
-  f.scale_log2 = 1.4426950408889634f / std::sqrt(float(D));
-
-  f.o = o0, f.m_blocks = (seqlen + h::kBlockM - 1) / h::kBlockM;
+  FwdKernelParams f = harness::bshd_params(q, k, v, o0, lse, batch, seqlen, heads, D, causal, h::kBlockM);
   const int smem0 = sizeof(h::SharedStorage0);
   CHECK(cudaFuncSetAttribute(h::fwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem0));
   const unsigned blocks = unsigned(f.m_blocks) * batch * heads;
-  const float ms0 = median_ms([&] { h::fwd_wgmma_kernel<<<blocks, h::kThreads0, smem0>>>(f); });
+  const float ms0 = harness::median_ms([&] { h::fwd_wgmma_kernel<<<blocks, h::kThreads0, smem0>>>(f); });
 
   f.o = o1;
-  const float ms1 = median_ms([&] { CHECK((sm90::launch_fwd<__nv_bfloat16, D>(f, nullptr))); });
+  const float ms1 = harness::median_ms([&] { CHECK((sm90::launch_fwd<__nv_bfloat16, D>(f, nullptr))); });
 
   using Traits80 = sm80::FwdTraits<D, sm80::FwdConfigHopper<D>>;
   f.o = o80, f.m_blocks = (seqlen + Traits80::kBlockM - 1) / Traits80::kBlockM;
   auto kernel80 = sm80::fwd_kernel<Traits80, __nv_bfloat16, false, sm80::kV2>;
   CHECK(cudaFuncSetAttribute(kernel80, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits80::kSmemBytes));
   const unsigned blocks80 = unsigned(f.m_blocks) * batch * heads;
-  const float ms80 = median_ms([&] { kernel80<<<blocks80, Traits80::kThreads, Traits80::kSmemBytes>>>(f); });
+  const float ms80 =
+      harness::median_ms([&] { kernel80<<<blocks80, Traits80::kThreads, Traits80::kSmemBytes>>>(f); });
 
   const double flops = 4.0 * batch * heads * double(seqlen) * seqlen * D / (causal ? 2 : 1);
   std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 %7.3f ms %6.1f TFLOP/s", batch, heads, seqlen, D,

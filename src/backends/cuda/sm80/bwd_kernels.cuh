@@ -28,22 +28,34 @@
 
 namespace flashtile::cuda::sm80 {
 
+// The query row of this warp in the one-warp-per-row kernels (D, dQ conversion): rows in (batch, head, row)
+// order, the order of the D and dQ workspaces. False for the warps past the last row.
+struct WarpRow {
+  int64_t index;  // into the workspaces
+  int b, h, i;
+  __device__ bool find(const FwdKernelParams& f) {
+    index = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    if (index >= static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q) return false;
+    i = static_cast<int>(index % f.seqlen_q), h = static_cast<int>((index / f.seqlen_q) % f.heads_q);
+    b = static_cast<int>(index / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
+    return true;
+  }
+};
+
 // D for one query row per warp: lanes stride over the head dim.
 template <typename T>
 __global__ void bwd_delta_kernel(const BwdKernelParams p) {
   const FwdKernelParams& f = p.fwd;
-  const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int i = static_cast<int>(row % f.seqlen_q), h = static_cast<int>((row / f.seqlen_q) % f.heads_q);
-  const int b = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
+  WarpRow r;
+  if (!r.find(f)) return;
+  const int b = r.b, h = r.h, i = r.i;
   const T* o = static_cast<const T*>(f.o) + b * f.o_stride[0] + i * f.o_stride[1] + h * f.o_stride[2];
   const T* d = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + i * p.dout_stride[1] + h * p.dout_stride[2];
   float acc = 0.0f;
   for (int c = threadIdx.x % 32; c < f.head_dim; c += 32) acc += static_cast<float>(o[c]) * static_cast<float>(d[c]);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (threadIdx.x % 32 == 0) p.delta[(static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q + i] = acc;
+  if (threadIdx.x % 32 == 0) p.delta[r.index] = acc;
 }
 
 // The LSE in log2 units, with rows that saw no key (LSE = -inf) mapped to 0: all their scores are -inf, so P is
@@ -122,13 +134,10 @@ __device__ __forceinline__ void accumulate_dq(const float (&ds_t)[1][Traits::kBl
 template <typename T>
 __global__ void bwd_dq_convert_kernel(const BwdKernelParams p) {
   const FwdKernelParams& f = p.fwd;
-  const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (row >= rows) return;
-  const int i = static_cast<int>(row % f.seqlen_q), h = static_cast<int>((row / f.seqlen_q) % f.heads_q);
-  const int b = static_cast<int>(row / (static_cast<int64_t>(f.seqlen_q) * f.heads_q));
-  const float* src = p.dq_accum + row * f.head_dim;  // (batch, head, row) order, as the accumulator is laid out
-  T* dst = static_cast<T*>(p.dq) + b * p.dq_stride[0] + i * p.dq_stride[1] + h * p.dq_stride[2];
+  WarpRow r;
+  if (!r.find(f)) return;
+  const float* src = p.dq_accum + r.index * f.head_dim;
+  T* dst = static_cast<T*>(p.dq) + r.b * p.dq_stride[0] + r.i * p.dq_stride[1] + r.h * p.dq_stride[2];
   for (int c = 2 * (threadIdx.x % 32); c < f.head_dim; c += 64)
     *reinterpret_cast<uint32_t*>(dst + c) = pack2<T>(src[c], src[c + 1]);
 }
@@ -167,7 +176,8 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     const T* q_head = static_cast<const T*>(f.q) + b * f.q_stride[0] + h * f.q_stride[2];
     const T* do_head = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + h * p.dout_stride[2];
     float* dq_head = nullptr;  // default mode: this head's rows of the dQ accumulator
-    if constexpr (kAccumulateDq) dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
+    if constexpr (kAccumulateDq)
+      dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
     for (int row0 = row_begin / kCols * kCols; row0 < row_end; row0 += kCols) {
       __syncthreads();  // every warp is done with sQ, sDO, sdS and the per-column values of the previous step
       load_rows_async<Traits, kCols>(sQ, q_head, f.q_stride[1], row0, f.seqlen_q, f.head_dim);

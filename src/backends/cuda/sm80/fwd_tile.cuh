@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "backends/cuda/fwd_kernel_params.hpp"
+#include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm80/fwd_config.hpp"
 #include "backends/cuda/sm80/ptx.cuh"
 
@@ -161,16 +162,6 @@ __device__ __forceinline__ void tile_accumulate_pv(const float (&acc_s)[Traits::
       }
     }
   }
-}
-
-// Max and sum over the 4 threads (lanes 4g..4g+3) that share a fragment row.
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
 }  // namespace flashtile::cuda::sm80

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "backends/cuda/fwd_kernel_params.hpp"
+#include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm90/fwd_config.hpp"
 
 namespace flashtile::cuda::sm90 {
@@ -107,15 +108,6 @@ struct CtaBlock {
     return c;
   }
 };
-
-__device__ __forceinline__ float quad_max(float x) {
-  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
-  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
-}
-__device__ __forceinline__ float quad_sum(float x) {
-  x += __shfl_xor_sync(0xffffffffu, x, 1);
-  return x + __shfl_xor_sync(0xffffffffu, x, 2);
-}
 
 // One consumer warpgroup: its accumulators, running max and sum, and the per-tile math. Accumulator element i
 // of a thread sits at (row, column) = identity-partition(i) within the warpgroup's 64 rows; a thread holds rows

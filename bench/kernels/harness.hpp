@@ -1,0 +1,86 @@
+// What the kernel harnesses of this folder share: CUDA error checks, event timing, bf16 inputs and the kernel
+// parameters of a plain BSHD problem. Development code, not part of the library.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "backends/cuda/fwd_kernel_params.hpp"
+
+#define CHECK(x)                                                                    \
+  do {                                                                              \
+    cudaError_t e = (x);                                                            \
+    if (e != cudaSuccess) {                                                         \
+      std::printf("%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                                 \
+    }                                                                               \
+  } while (0)
+
+namespace harness {
+
+// The median of 20 timed calls after 5 warm-up ones (CUDA events around each call).
+template <typename Launch>
+float median_ms(Launch launch) {
+  cudaEvent_t a, b;
+  CHECK(cudaEventCreate(&a));
+  CHECK(cudaEventCreate(&b));
+  std::vector<float> ms;
+  for (int i = 0; i < 25; ++i) {
+    CHECK(cudaEventRecord(a));
+    launch();
+    CHECK(cudaEventRecord(b));
+    CHECK(cudaEventSynchronize(b));
+    float t;
+    CHECK(cudaEventElapsedTime(&t, a, b));
+    if (i >= 5) ms.push_back(t);
+  }
+  CHECK(cudaGetLastError());
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// n bf16 values, roughly uniform in [-1.7, 1.7), from a small LCG: no zeros, the same for the same seed.
+inline std::vector<uint16_t> bf16_inputs(size_t n, uint32_t seed) {
+  std::vector<uint16_t> host(n);
+  for (auto& e : host) {
+    seed = seed * 1664525u + 1013904223u;
+    const float f = (float((seed >> 8) & 0xffff) / 65536.0f - 0.5f) * 3.4f;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    e = uint16_t(u >> 16);
+  }
+  return host;
+}
+
+inline float bf16_to_float(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Kernel parameters for q, k, v, o contiguous BSHD (Sq = Sk, no GQA), full or causal, for a kernel of block_m
+// query rows per CTA.
+inline flashtile::cuda::FwdKernelParams bshd_params(const void* q, const void* k, const void* v, void* o,
+                                                    float* lse, int batch, int seqlen, int heads, int dim,
+                                                    bool causal, int block_m) {
+  flashtile::cuda::FwdKernelParams p{};
+  p.q = q, p.k = k, p.v = v, p.o = o, p.lse = lse;
+  const int64_t row = int64_t(heads) * dim;
+  for (int64_t* st : {p.q_stride, p.k_stride, p.v_stride, p.o_stride}) st[0] = row * seqlen, st[1] = row, st[2] = dim;
+  p.lse_stride[0] = int64_t(heads) * seqlen, p.lse_stride[1] = seqlen, p.lse_stride[2] = 1;
+  p.batch = batch, p.heads_q = heads, p.group = 1, p.seqlen_q = p.seqlen_k = seqlen, p.head_dim = dim;
+  p.key_offset = 0, p.window_left = 2 * seqlen, p.window_right = causal ? 0 : 2 * seqlen;
+  p.scale_log2 = 1.4426950408889634f / std::sqrt(float(dim));
+  p.m_blocks = (seqlen + block_m - 1) / block_m;
+  return p;
+}
+
+}  // namespace harness
