@@ -12,7 +12,8 @@
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
 #   overhead: the Python layers' per-call cost at B=1, S=128 beside the C++ call (bench/python_overhead.py);
-#   peers: peers.py with flashtile as its candidate (forward and backward through autograd, grids A, L, G).
+#   peers: peers.py with flashtile as its candidate (impl name PEERS_NAME, default flashtile-sm80: set
+#     flashtile-sm90 when the build's auto forward is the sm90 kernel) (forward and backward through autograd, grids A, L, G).
 # Results land in $OUT (the device tool brings them back); copy them to bench/results/ with the date.
 # Prepared by scripts/device_prepare.sh; stages can be chosen: scripts/gpu_round.sh tests sanitize run benchC
 set -uo pipefail
@@ -150,9 +151,9 @@ fi
 if want peers; then  # flashtile through its Python API as peers.py's candidate: forward and backward, one table
   echo "== peers.py --grids A,L,G --candidate flashtile:flash_attn_func"
   FLASHTILE_LIBRARY=$PWD/build-device/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout 540 \
-    python3 .device/peers.py --grids A,L,G --candidate flashtile:flash_attn_func --name flashtile-sm80 \
+    python3 .device/peers.py --grids A,L,G --candidate flashtile:flash_attn_func --name "${PEERS_NAME:-flashtile-sm80}" \
     --out "$out/peersCandidate" > /dev/null 2>&1 || status=1
-  grep -c flashtile-sm80 "$out/peersCandidate/peers.jsonl"
+  grep -c "${PEERS_NAME:-flashtile-sm80}" "$out/peersCandidate/peers.jsonl"
 fi
 rm -f "$out"/*.md  # the tables are printed above; the JSON lines are the record (8 files come back at most)
 exit $status
