@@ -119,6 +119,8 @@ def test_bad_inputs_raise_clear_errors(device):
         flashtile.flash_attn_func(q, q.numpy() if device == "cpu" else None, q)
     with pytest.raises((TypeError, flashtile.FlashtileError), match="dtype|float64"):
         flashtile.flash_attn_func(q.double(), q.double(), q.double())
+    with pytest.raises(flashtile.FlashtileError, match="last dimension must be contiguous"):
+        flashtile.flash_attn_func(q.transpose(2, 3).contiguous().transpose(2, 3), q, q)
     with pytest.raises(flashtile.FlashtileError, match="head"):  # 2 query heads cannot share 3 K/V heads
         flashtile.flash_attn_func(q, torch.randn(1, 16, 3, 32, device=device), torch.randn(1, 16, 3, 32, device=device))
     if device == "cuda":
