@@ -5,7 +5,8 @@
 //     (cutlass::PipelineTmaAsync), K/V for GQA from head h / group;
 //   - warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T on wgmma from shared memory, the online
 //     softmax in registers (exp2, the scale folded into one FMA, the rescale of O when the max moves and one
-//     division per row at the end), then O += P V on wgmma with P taken from registers;
+//     division per row at the end), then O += P V on wgmma with P taken from registers. Each tile's scores are
+//     issued before the previous tile's P V, so its softmax runs while the tensor cores work (kOverlap);
 //   - masks (causal, sliding window, the sequence end) only on tiles that need them; softcap before the mask;
 //     tiles the mask hides entirely are never loaded.
 // Shared memory (T = bf16 or fp16), rows of the head dim swizzled (128-byte swizzle, 64-byte for D = 96):
@@ -57,8 +58,9 @@ struct FwdTraits {
   // One consumer warpgroup's products: S (64 x kBlockN) from shared memory; O (64 x kHeadDim) from P in
   // registers and V.
   using MmaQK = decltype(cute::make_tiled_mma(cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, N, D>>()));
-  using MmaPV = decltype(cute::make_tiled_mma(cute::GMMA::rs_op_selector<T, T, float, cute::Shape<cute::_64, D, N>,
-                                                                         cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
+  using MmaPV = decltype(cute::make_tiled_mma(
+      cute::GMMA::rs_op_selector<T, T, float, cute::Shape<cute::_64, D, N>, cute::GMMA::Major::K,
+                                 cute::GMMA::Major::MN>()));
 
   // q, k or v as (seqlen, head dim, heads, batch) over its strides: what the TMA descriptors describe. The head
   // dim is the call's (columns past it are zero-filled up to kHeadDim).
@@ -122,6 +124,9 @@ struct Consumer {
   decltype(typename Traits::MmaPV{}.get_thread_slice(0)) thr_pv;
   decltype(cute::partition_fragment_C(typename Traits::MmaQK{}, cute::Shape<cute::_64, cute::Int<kBlockN>>{})) tSrS;
   decltype(cute::partition_fragment_C(typename Traits::MmaPV{}, cute::Shape<cute::_64, cute::Int<kHeadDim>>{})) tOrO;
+  // P, the A operand of O += P V: per 16-key step, (pair, row half, k half) x 1 x (kBlockN / 16 steps).
+  decltype(cute::make_tensor<T>(cute::Layout<cute::Shape<cute::Shape<cute::_2, cute::_2, cute::_2>, cute::_1,
+                                                         cute::Int<kBlockN / 16>>>{})) rP;
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // raw score units; per-thread sums
   int first_row;  // the warpgroup's first query row
 
@@ -132,9 +137,12 @@ struct Consumer {
     cute::clear(tOrO);
   }
 
-  // S = Q K^T, both operands from shared memory; S overwritten.
+  // The products are issued asynchronously (wgmma) and waited for separately, so the kernel can overlap one
+  // tile's softmax with the tensor cores' work on its neighbours (fwd_kernel's kOverlap).
+
+  // Issues S = Q K^T, both operands from shared memory; S is overwritten once it completes.
   template <class SmemQ, class SmemK>
-  __device__ void scores(const SmemQ& sQ, const SmemK& sK) {
+  __device__ void issue_scores(const SmemQ& sQ, const SmemK& sK) {
     using namespace cute;
     auto tSrQ = thr_qk.partition_fragment_A(sQ);
     auto tSrK = thr_qk.partition_fragment_B(sK);
@@ -147,14 +155,33 @@ struct Consumer {
       mma_qk.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tSrS);
+  }
+
+  // Issues O += P V with P from rP (make_p) and V from shared memory.
+  template <class SmemVt>
+  __device__ void issue_accumulate(const SmemVt& sVt) {
+    using namespace cute;
+    auto tOrV = thr_pv.partition_fragment_B(sVt);
+    warpgroup_fence_operand(tOrO);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int kb = 0; kb < size<2>(rP); ++kb) cute::gemm(mma_pv, rP(_, _, kb), tOrV(_, _, kb), tOrO);
+    warpgroup_commit_batch();
+  }
+
+  // Waits until at most kPending issued products are still running (they finish in issue order).
+  template <int kPending>
+  __device__ void wait() {
+    cute::warpgroup_wait<kPending>();
+    cute::warpgroup_fence_operand(tSrS);
+    if constexpr (kPending == 0) cute::warpgroup_fence_operand(tOrO);  // O is written by the last issued product
   }
 
   // Softcap, then the mask (kMasked: this tile has keys some of the warpgroup's rows do not see), then
-  // P = exp2(S * scale_log2 - max) in place, and O rescaled by the change of the running max.
+  // P = exp2(S * scale_log2 - max) in place in S, the running sums, and in alpha the factor O must be scaled by
+  // for the change of the running max (rescale_o, once no product writes O any more).
   template <bool kMasked>
-  __device__ void softmax(int col0, const FwdKernelParams& f) {
+  __device__ void softmax(int col0, const FwdKernelParams& f, float (&alpha)[2]) {
     using namespace cute;
     auto tScS = thr_qk.partition_C(make_identity_tensor(Shape<_64, Int<kBlockN>>{}));
     CUTE_UNROLL
@@ -169,7 +196,6 @@ struct Consumer {
       }
       tSrS(i) = x;
     }
-    float alpha[2];
     CUTE_UNROLL
     for (int hr = 0; hr < 2; ++hr) {
       float mx = row_max[hr];
@@ -188,26 +214,30 @@ struct Consumer {
       }
       row_sum[hr] = row_sum[hr] * alpha[hr] + sum;
     }
-    CUTE_UNROLL
-    for (int i = 0; i < size(tOrO); ++i) tOrO(i) *= alpha[(i / 2) % 2];
   }
 
-  // O += P V with P from registers: the S accumulator's (pair, row half, 8-key block) order is the register A
-  // operand's (pair, row half, k half) per 16-key step, so a copy in T in the same order is the A fragment.
-  template <class SmemVt>
-  __device__ void accumulate(const SmemVt& sVt) {
-    using namespace cute;
-    auto rP = cute::make_tensor<T>(Layout<Shape<Shape<_2, _2, _2>, _1, Int<kBlockN / 16>>>{});
+  // The mask only where the tile needs it: a runtime test inside softmax would be if-converted into predicated
+  // instructions on every tile (as it was in the sm80 kernel, docs/perf-log.md v6).
+  __device__ void softmax_tile(int col0, int last_row, const FwdKernelParams& f, float (&alpha)[2]) {
+    const bool full_tile = last_row + f.key_offset - f.window_left <= col0 &&
+                           first_row + f.key_offset + f.window_right >= col0 + kBlockN - 1 &&
+                           col0 + kBlockN <= f.seqlen_k;
+    if (full_tile)
+      softmax<false>(col0, f, alpha);
+    else
+      softmax<true>(col0, f, alpha);
+  }
+
+  __device__ void rescale_o(const float (&alpha)[2]) {
     CUTE_UNROLL
-    for (int i = 0; i < size(tSrS); ++i) rP(i) = T(tSrS(i));
-    auto tOrV = thr_pv.partition_fragment_B(sVt);
-    warpgroup_fence_operand(tOrO);
-    warpgroup_arrive();
+    for (int i = 0; i < cute::size(tOrO); ++i) tOrO(i) *= alpha[(i / 2) % 2];
+  }
+
+  // P in T from S: the S accumulator's (pair, row half, 8-key block) order is the register A operand's (pair, row
+  // half, k half) per 16-key step, so a copy in the same order is the A fragment of O += P V.
+  __device__ void make_p() {
     CUTE_UNROLL
-    for (int kb = 0; kb < size<2>(rP); ++kb) cute::gemm(mma_pv, rP(_, _, kb), tOrV(_, _, kb), tOrO);
-    warpgroup_commit_batch();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tOrO);
+    for (int i = 0; i < cute::size(tSrS); ++i) rP(i) = T(tSrS(i));
   }
 
   // O / l to global memory and the LSE; rows that saw no key get O = 0 and LSE = -inf.
@@ -235,7 +265,9 @@ struct Consumer {
   }
 };
 
-template <typename Traits, bool kSoftcap>
+// kOverlap: each tile's softmax runs while the tensor cores work on the previous tile's P V (the library's
+// choice); without it the products and the softmax take turns (kept to measure what the overlap buys).
+template <typename Traits, bool kSoftcap, bool kOverlap>
 __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ typename Traits::Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace cute;  // flashtile::Tensor / make_tensor are spelled cute:: where both are visible
@@ -305,22 +337,49 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   // Rows the mask may hide keys from: the warpgroup's rows, up to the last real one.
   const int last_row = min(c.first_row + 63, f.seqlen_q - 1);
   if (blk.n_first <= blk.n_last) cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, 0);
-  cutlass::PipelineState<kStages> state;
-  for (int n = blk.n_first; n <= blk.n_last; ++n, ++state) {
-    const int col0 = n * kBlockN;
-    pipeline_k.consumer_wait(state);
-    c.scores(sQ_wg, sK(_, _, state.index()));
-    pipeline_k.consumer_release(state);  // the products have read K (warpgroup_wait in scores)
-    const bool full_tile = last_row + f.key_offset - f.window_left <= col0 &&
-                           c.first_row + f.key_offset + f.window_right >= col0 + kBlockN - 1 &&
-                           col0 + kBlockN <= f.seqlen_k;
-    if (full_tile)
-      c.template softmax<false>(col0, f);
-    else
-      c.template softmax<true>(col0, f);
-    pipeline_v.consumer_wait(state);
-    c.accumulate(sVt(_, _, state.index()));
-    pipeline_v.consumer_release(state);
+  cutlass::PipelineState<kStages> state_k, state_v;  // V's reads trail K's by one tile with kOverlap
+  float alpha[2];
+  if constexpr (!kOverlap) {  // each tile's products and softmax in turn
+    for (int n = blk.n_first; n <= blk.n_last; ++n, ++state_k, ++state_v) {
+      pipeline_k.consumer_wait(state_k);
+      c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
+      c.template wait<0>();
+      pipeline_k.consumer_release(state_k);
+      c.softmax_tile(n * kBlockN, last_row, f, alpha);
+      c.rescale_o(alpha);
+      c.make_p();
+      pipeline_v.consumer_wait(state_v);
+      c.issue_accumulate(sVt(_, _, state_v.index()));
+      c.template wait<0>();
+      pipeline_v.consumer_release(state_v);
+    }
+  } else if (blk.n_first <= blk.n_last) {
+    // Tile n's scores are issued before tile n - 1's P V, and its softmax runs while that P V is on the tensor
+    // cores: S(n) = Q K(n); O += P(n - 1) V(n - 1); wait S(n); softmax(n); wait P V; rescale O; P(n).
+    pipeline_k.consumer_wait(state_k);
+    c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
+    c.template wait<0>();
+    pipeline_k.consumer_release(state_k);
+    ++state_k;
+    c.softmax_tile(blk.n_first * kBlockN, last_row, f, alpha);  // O is still zero: no rescale
+    c.make_p();
+    for (int n = blk.n_first + 1; n <= blk.n_last; ++n, ++state_k, ++state_v) {
+      pipeline_k.consumer_wait(state_k);
+      c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
+      pipeline_v.consumer_wait(state_v);
+      c.issue_accumulate(sVt(_, _, state_v.index()));
+      c.template wait<1>();  // S(n) is done; P V(n - 1) may still run
+      pipeline_k.consumer_release(state_k);
+      c.softmax_tile(n * kBlockN, last_row, f, alpha);
+      c.template wait<0>();  // P V(n - 1) is done: P and O are free
+      pipeline_v.consumer_release(state_v);
+      c.rescale_o(alpha);
+      c.make_p();
+    }
+    pipeline_v.consumer_wait(state_v);
+    c.issue_accumulate(sVt(_, _, state_v.index()));
+    c.template wait<0>();
+    pipeline_v.consumer_release(state_v);
   }
   c.store(f, blk.b, blk.h);
 #endif

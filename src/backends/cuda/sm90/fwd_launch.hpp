@@ -8,8 +8,9 @@
 
 namespace flashtile::cuda::sm90 {
 
-// Defined in fwd_launch.cuh; explicitly instantiated once per generated translation unit.
-template <typename T, int kHeadDim>
+// Defined in fwd_launch.cuh; explicitly instantiated once per generated translation unit (with kOverlap, the
+// library's choice; the Hopper harness also instantiates the variant without, to measure the difference).
+template <typename T, int kHeadDim, bool kOverlap = true>
 cudaError_t launch_fwd(const FwdKernelParams& params, cudaStream_t stream);
 
 using cuda::FwdKernelInfo;
