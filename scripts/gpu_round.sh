@@ -54,10 +54,13 @@ if want tiles; then
   timeout 120 build-device/sm80_fwd_tiles | tee "$out/sm80-tiles.txt"
 fi
 
-if want tests; then
+if want tests; then  # the forward families in separate processes: a crash in one cannot poison the other's context
   echo "== GPU tests"
-  for t in build-device/cuda_*_test; do
-    timeout 240 "$t" --gtest_brief=1 2>&1 | tee "$out/$(basename "$t").txt" | tail -15 || status=1
+  for run in forward-sm80 forward-sm90 backward; do  # <binary>[-<family>]
+    family=${run#*-}
+    [ "$family" = "$run" ] && family=""
+    timeout 240 "build-device/cuda_${run%%-*}_test" --gtest_brief=1 --gtest_filter="*${family}" 2>&1 |
+      tee "$out/gpu-tests-$run.txt" | tail -15 || status=1
   done
 fi
 
