@@ -190,9 +190,9 @@ Status select_forward_for(Backend backend, const Problem& p, const DeviceInfo& p
 // The same for the backward.
 Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdKernelInfo* kernel) {
   if (Status s = check_sm80_problem(p, prop, "backward"); !s.ok()) return s;
-  if (p.head_dim % 8 != 0 || p.head_dim > 128)
+  if (p.head_dim % 8 != 0 || p.head_dim > 256)
     return unsupported("head_dim " + std::to_string(p.head_dim) +
-                       ": the CUDA backward needs a multiple of 8, at most 128 (larger head dims: pass CPU tensors)");
+                       ": the CUDA backward needs a multiple of 8, at most 256 (larger head dims: pass CPU tensors)");
   *kernel = sm80::find_bwd(p.dtype, static_cast<int>(p.head_dim));
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +

@@ -1,5 +1,7 @@
 // Tile sizes of the sm80 backward (bwd_kernels.cuh): 64 x 64 tiles, four warps of 16 rows. The dK/dV kernel
-// keeps both accumulators in registers, kHeadDim of them per thread, so head dims above 128 are not built.
+// keeps both accumulators in registers, kOutCols of them per thread: above a head dim of 128 that does not fit,
+// so each CTA accumulates one half of the head dim's columns (kColSplits CTAs per key block; S and dP, which
+// need every column, are computed by both halves).
 #pragma once
 
 #include "backends/cuda/sm80/fwd_config.hpp"
@@ -9,7 +11,9 @@ namespace flashtile::cuda::sm80 {
 template <int kHeadDim>
 struct BwdTiles {
   static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1;
-  static_assert(kHeadDim <= 128, "dK and dV accumulators for head dims above 128 would not fit in registers");
+  static constexpr int kOutCols = kHeadDim <= 128 ? kHeadDim : kHeadDim / 2;  // gradient columns per CTA
+  static constexpr int kColSplits = kHeadDim / kOutCols;
+  static_assert(kOutCols % 16 == 0 && kOutCols <= 128, "a CTA's dK and dV columns must fit in registers");
 };
 template <int kHeadDim>
 using BwdTraits = FwdTraits<kHeadDim, BwdTiles<kHeadDim>>;

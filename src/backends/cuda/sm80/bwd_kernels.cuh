@@ -80,12 +80,12 @@ __device__ __forceinline__ float grad_score(float prob, float dp, float delta, f
 // dS^T arrives in this warp's registers (its 16 keys x kBlockN queries); it goes through shared memory so that
 // each warp can take 16 of the query rows against all kBlockM keys of the CTA, the A operand read transposed.
 //   sdS: kBlockM x (kBlockN + 8) of T; sK: the CTA's keys; dq_head: the accumulator of this (batch, head),
-//   rows of head_dim floats
+//   rows of head_dim floats. The CTA adds the kOutCols columns from col0 (bwd_config.hpp).
 template <typename Traits, typename T>
 __device__ __forceinline__ void accumulate_dq(const float (&ds_t)[1][Traits::kBlockN / 8][4], T* sdS, const T* sK,
-                                              float* dq_head, int row0, int seqlen_q, int head_dim) {
+                                              float* dq_head, int row0, int col0, int seqlen_q, int head_dim) {
   constexpr int kKeys = Traits::kBlockM, kQueries = Traits::kBlockN, kDsStride = kQueries + 8;
-  constexpr int kStride = Traits::kRowStride, kDB = Traits::kHeadDim / 8;
+  constexpr int kStride = Traits::kRowStride, kDB = Traits::kOutCols / 8;
   static_assert(kQueries == Traits::kNWarps * 16, "each warp takes 16 of the step's query rows");
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int key = slice_row<Traits>(0) + g;  // this thread's dS^T rows: key and key + 8
@@ -107,9 +107,9 @@ __device__ __forceinline__ void accumulate_dq(const float (&ds_t)[1][Traits::kBl
     const int mi = lane / 8;
     ldmatrix_x4_trans(a, sdS + (kk * 16 + lane % 8 + (mi / 2) * 8) * kDsStride + q0 + (mi % 2) * 8);
 #pragma unroll
-    for (int d2 = 0; d2 < Traits::kHeadDim / 16; ++d2) {
+    for (int d2 = 0; d2 < Traits::kOutCols / 16; ++d2) {
       uint32_t kf[4];  // B = K (keys x head dim), keys down the rows: read as V is in tile_accumulate_pv
-      ldmatrix_x4_trans(kf, sK + (kk * 16 + lane % 16) * kStride + d2 * 16 + (lane / 16) * 8);
+      ldmatrix_x4_trans(kf, sK + (kk * 16 + lane % 16) * kStride + col0 + d2 * 16 + (lane / 16) * 8);
       mma_16x8x16<T>(acc[2 * d2], a, kf[0], kf[1]);
       mma_16x8x16<T>(acc[2 * d2 + 1], a, kf[2], kf[3]);
     }
@@ -121,7 +121,7 @@ __device__ __forceinline__ void accumulate_dq(const float (&ds_t)[1][Traits::kBl
     float* dst = dq_head + static_cast<int64_t>(row) * head_dim;
 #pragma unroll
     for (int d = 0; d < kDB; ++d) {
-      const int col = d * 8 + 2 * t;
+      const int col = col0 + d * 8 + 2 * t;
       if (col < head_dim) {
         atomicAdd(dst + col, acc[d][2 * hr]);
         atomicAdd(dst + col + 1, acc[d][2 * hr + 1]);
@@ -145,9 +145,10 @@ __global__ void bwd_dq_convert_kernel(const BwdKernelParams p) {
 template <typename Traits, typename T, bool kSoftcap, bool kAccumulateDq>
 __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKernelParams p) {
   constexpr int kRows = Traits::kBlockM, kCols = Traits::kBlockN;  // keys per CTA, queries per step
-  constexpr int kStride = Traits::kRowStride, kNB = kCols / 8, kDB = Traits::kHeadDim / 8;
+  constexpr int kStride = Traits::kRowStride, kNB = kCols / 8, kDB = Traits::kOutCols / 8;
   static_assert(Traits::kMSlices == 1, "one 16-row slice per warp");
   const FwdKernelParams& f = p.fwd;
+  const int col0 = static_cast<int>(blockIdx.y) * Traits::kOutCols;  // this CTA's dK/dV (and dQ) columns
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + kRows * kStride;
@@ -204,7 +205,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
             capped[0][n][e] = acc_s[0][n][e];
             acc_s[0][n][e] = exp2_approx(fmaf(acc_s[0][n][e], f.scale_log2, -sLse2[n * 8 + 2 * t + e % 2]));
           }
-        tile_accumulate_pv<Traits, T>(acc_s, sDO, acc_dv);  // dV += P^T dO
+        tile_accumulate_pv<Traits, T, Traits::kOutCols>(acc_s, sDO + col0, acc_dv);  // dV += P^T dO
 
         float acc_dp[1][kNB][4];
         tile_scores<Traits, T>(sV, sDO, acc_dp);  // dP^T = V dO^T
@@ -214,9 +215,9 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
           for (int e = 0; e < 4; ++e)
             acc_s[0][n][e] = grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], sDelta[n * 8 + 2 * t + e % 2],
                                                   capped[0][n][e], f, p.scale);
-        tile_accumulate_pv<Traits, T>(acc_s, sQ, acc_dk);  // dK += dS^T Q
+        tile_accumulate_pv<Traits, T, Traits::kOutCols>(acc_s, sQ + col0, acc_dk);  // dK += dS^T Q
         if constexpr (kAccumulateDq)  // dQ += dS K, atomically (every CTA whose keys these rows see adds)
-          accumulate_dq<Traits, T>(acc_s, sdS, sK, dq_head, row0, f.seqlen_q, f.head_dim);
+          accumulate_dq<Traits, T>(acc_s, sdS, sK, dq_head, row0, col0, f.seqlen_q, f.head_dim);
       };
       if (tile_fully_visible<Traits, /*kKeysAsRows=*/true>(f, key0, row0, min(row0 + kCols, f.seqlen_q) - 1))
         step(std::false_type{});
@@ -235,7 +236,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     if (key >= f.seqlen_k) continue;
 #pragma unroll
     for (int d = 0; d < kDB; ++d) {
-      const int col = d * 8 + 2 * t;
+      const int col = col0 + d * 8 + 2 * t;
       if (col >= f.head_dim) continue;
       *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
           pack2<T>(acc_dk[0][d][2 * hr], acc_dk[0][d][2 * hr + 1]);
@@ -248,9 +249,10 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
 template <typename Traits, typename T, bool kSoftcap>
 __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKernelParams p) {
   constexpr int kRows = Traits::kBlockM, kCols = Traits::kBlockN;  // queries per CTA, keys per step
-  constexpr int kStride = Traits::kRowStride, kNB = kCols / 8, kDB = Traits::kHeadDim / 8;
+  constexpr int kStride = Traits::kRowStride, kNB = kCols / 8, kDB = Traits::kOutCols / 8;
   static_assert(Traits::kMSlices == 1, "one 16-row slice per warp");
   const FwdKernelParams& f = p.fwd;
+  const int col0 = static_cast<int>(blockIdx.y) * Traits::kOutCols;  // this CTA's dQ columns
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sDO = sQ + kRows * kStride;
@@ -308,7 +310,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKerne
         for (int e = 0; e < 4; ++e)
           acc_s[0][n][e] =
               grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], delta[e / 2], capped[0][n][e], f, p.scale);
-      tile_accumulate_pv<Traits, T>(acc_s, sK, acc_dq);  // dQ += dS K
+      tile_accumulate_pv<Traits, T, Traits::kOutCols>(acc_s, sK + col0, acc_dq);  // dQ += dS K
     };
     if (tile_fully_visible<Traits>(f, row0, col0, row_last))
       step(std::false_type{});
@@ -324,7 +326,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKerne
     if (row >= f.seqlen_q) continue;
 #pragma unroll
     for (int d = 0; d < kDB; ++d) {
-      const int col = d * 8 + 2 * t;
+      const int col = col0 + d * 8 + 2 * t;
       if (col < f.head_dim)
         *reinterpret_cast<uint32_t*>(dq_head + row * p.dq_stride[1] + col) =
             pack2<T>(acc_dq[0][d][2 * hr], acc_dq[0][d][2 * hr + 1]);

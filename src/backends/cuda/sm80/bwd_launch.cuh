@@ -23,14 +23,17 @@ cudaError_t launch_bwd(const BwdKernelParams& p, cudaStream_t stream) {
   bwd_delta_kernel<T><<<row_blocks, kRowWarps * 32, 0, stream>>>(p);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
-  // Grids flattened into x, as in the forward: (key blocks) x batch x K/V heads, (query blocks) x batch x heads.
+  // Grids flattened into x, as in the forward: (key blocks) x batch x K/V heads, (query blocks) x batch x heads;
+  // y is the half of the head dim's columns a CTA accumulates (kColSplits: 2 above a head dim of 128).
   const int64_t dkdv_blocks = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
+  const dim3 splits(1, Traits::kColSplits);
   const bool softcap = f.softcap > 0;
   auto launch_dkdv = [&](auto kernel, int smem) {
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         err != cudaSuccess)
       return err;
-    if (dkdv_blocks > 0) kernel<<<static_cast<unsigned>(dkdv_blocks), Traits::kThreads, smem, stream>>>(p);
+    if (dkdv_blocks > 0)
+      kernel<<<dim3(static_cast<unsigned>(dkdv_blocks), splits.y), Traits::kThreads, smem, stream>>>(p);
     return cudaGetLastError();
   };
   if (accumulate_dq) {
@@ -49,7 +52,7 @@ cudaError_t launch_bwd(const BwdKernelParams& p, cudaStream_t stream) {
   if (err = cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem); err != cudaSuccess)
     return err;
   const int64_t dq_blocks = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
-  if (dq_blocks > 0) dq<<<static_cast<unsigned>(dq_blocks), Traits::kThreads, kSmem, stream>>>(p);
+  if (dq_blocks > 0) dq<<<dim3(static_cast<unsigned>(dq_blocks), splits.y), Traits::kThreads, kSmem, stream>>>(p);
   return cudaGetLastError();
 }
 

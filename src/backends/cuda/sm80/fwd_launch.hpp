@@ -63,7 +63,7 @@ struct BwdKernelInfo {
   int smem_bytes = 0;
 };
 
-// The smallest instantiated backward head dim >= head_dim (head dims up to 128), or launch = null.
+// The smallest instantiated backward head dim >= head_dim, or launch = null.
 BwdKernelInfo find_bwd(DType dtype, int head_dim);
 
 }  // namespace flashtile::cuda::sm80

@@ -134,11 +134,11 @@ __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0,
 }
 
 // acc_o += P V: P from the probabilities in acc_s (their layout is the A fragment's), V from one tile sV
-// (kBlockN x kHeadDim, keys down the rows, so it is read through ldmatrix's transpose).
-template <typename Traits, typename T>
+// (kBlockN x kHeadDim, keys down the rows, so it is read through ldmatrix's transpose). kCols < kHeadDim takes
+// the kCols columns sV points at (the backward's halves of a large head dim; sV is offset by the caller).
+template <typename Traits, typename T, int kCols = Traits::kHeadDim>
 __device__ __forceinline__ void tile_accumulate_pv(const float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4],
-                                                   const T* sV,
-                                                   float (&acc_o)[Traits::kMSlices][Traits::kHeadDim / 8][4]) {
+                                                   const T* sV, float (&acc_o)[Traits::kMSlices][kCols / 8][4]) {
   constexpr int kMSlices = Traits::kMSlices, kStride = Traits::kRowStride;
   const int lane = threadIdx.x % 32;
 #pragma unroll
@@ -152,7 +152,7 @@ __device__ __forceinline__ void tile_accumulate_pv(const float (&acc_s)[Traits::
       pf[s][3] = pack2<T>(acc_s[s][2 * kk + 1][2], acc_s[s][2 * kk + 1][3]);
     }
 #pragma unroll
-    for (int d2 = 0; d2 < Traits::kHeadDim / 16; ++d2) {
+    for (int d2 = 0; d2 < kCols / 16; ++d2) {
       uint32_t vf[4];
       ldmatrix_x4_trans(vf, sV + (kk * 16 + lane % 16) * kStride + d2 * 16 + (lane / 16) * 8);
 #pragma unroll
