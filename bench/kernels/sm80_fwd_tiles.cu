@@ -1,5 +1,6 @@
-// Development harness: the sm80 forward kernel under other tile configurations than fwd_config.hpp's, timed
-// side by side on one GPU (CUDA events, median of 20 after warm-up), each checked against the library's
+// Development harness: the sm80 forward kernel under other configurations than the library's (other tile rows,
+// written as structs with fwd_config.hpp's fields, or the library's row with kernel variants undone: Undo),
+// timed side by side on one GPU (CUDA events, median of 20 after warm-up), each checked against the library's
 // configuration for agreement. Not part of the library; results and decisions go to docs/perf-log.md.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/kernels/sm80_fwd_tiles.cu
 #include <cuda_bf16.h>
@@ -16,21 +17,29 @@
 using namespace flashtile::cuda;
 using namespace flashtile::cuda::sm80;
 
-template <int kBlockN_, int kNWarps_, int kMSlices_, int kStages_>
-struct Tiles {
-  static constexpr int kBlockN = kBlockN_, kNWarps = kNWarps_, kMSlices = kMSlices_, kStages = kStages_;
-};
-
 struct Problem {
   int batch, seqlen, heads, dim;
   bool causal;
 };
 
-template <typename Traits>
+// A tile row run with some of v7's changes undone (fwd_launch.hpp, FwdVariant), to explain a slowdown.
+template <typename Config, int kVariant_>
+struct Undo : Config {};
+template <typename Config>
+struct variant_of {
+  static constexpr int value = kV2;
+};
+template <typename Config, int kVariant>
+struct variant_of<Undo<Config, kVariant>> {
+  static constexpr int value = kVariant;
+};
+
+template <int D, typename Config>
 float time_variant(const Problem& pr, const void* q, const void* k, const void* v, void* o, float* lse) {
+  using Traits = FwdTraits<D, Config>;
   const FwdKernelParams p =
       harness::bshd_params(q, k, v, o, lse, pr.batch, pr.seqlen, pr.heads, pr.dim, pr.causal, Traits::kBlockM);
-  auto kernel = fwd_kernel<Traits, __nv_bfloat16, false, kV2>;
+  auto kernel = fwd_kernel<Traits, __nv_bfloat16, false, variant_of<Config>::value>;
   CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
   const unsigned blocks = unsigned(p.m_blocks) * pr.batch * pr.heads;
   return harness::median_ms([&] { kernel<<<blocks, Traits::kThreads, Traits::kSmemBytes>>>(p); });
@@ -42,7 +51,7 @@ void run(const char* name, const Problem& pr, const void* q, const void* k, cons
   using Traits = FwdTraits<D, Config>;
   const size_t n = size_t(pr.batch) * pr.seqlen * pr.heads * pr.dim;
   CHECK(cudaMemset(o, 0xff, n * 2));
-  const float ms = time_variant<Traits>(pr, q, k, v, o, lse);
+  const float ms = time_variant<D, Config>(pr, q, k, v, o, lse);
   std::vector<uint16_t> out(n);
   CHECK(cudaMemcpy(out.data(), o, n * 2, cudaMemcpyDeviceToHost));
   size_t differ = 0;
@@ -75,21 +84,15 @@ void sweep(const Problem& pr, const char* const* names) {
 }
 
 int main() {
-  static const char* const names128[] = {"N32 4 warps x 2 slices 2 stages", "N64 8 warps x 1 slice 2 stages",
-                                         "N32 8 warps x 1 slice 2 stages"};
+  // The tile rows were chosen by earlier sweeps of this harness (docs/perf-log.md, bench/results/...-sm80-tiles);
+  // this run is the A/B for v7's unexplained D=256 slowdown: the table's row with each v7 change undone.
+  static const char* const names[] = {"v7 epilogue undone", "v7 rescale skip undone", "both undone (v6 code)"};
   for (bool causal : {false, true})
-    for (int s : {512, 2048, 16384})
-      sweep<128, Tiles<32, 4, 2, 2>, Tiles<64, 8, 1, 2>, Tiles<32, 8, 1, 2>>({16384 / s * 2, s, 16, 128, causal},
-                                                                              names128);
-  static const char* const names64[] = {"N128 4 warps x 2 slices 2 stages", "N64 8 warps x 1 slice 2 stages"};
-  for (bool causal : {false, true})
-    for (int s : {512, 4096})
-      sweep<64, Tiles<128, 4, 2, 2>, Tiles<64, 8, 1, 2>>({16384 / s * 2, s, 32, 64, causal}, names64);
-  static const char* const names256[] = {"N32 4 warps x 1 slice 2 stages", "N64 8 warps x 1 slice 1 stage",
-                                         "N64 4 warps x 1 slice 2 stages", "N32 8 warps x 1 slice 2 stages"};
-  for (bool causal : {false, true})
-    for (int s : {512, 4096, 16384})
-      sweep<256, Tiles<32, 4, 1, 2>, Tiles<64, 8, 1, 1>, Tiles<64, 4, 1, 2>, Tiles<32, 8, 1, 2>>(
-          {16384 / s, s, 8, 256, causal}, names256);
+    for (int s : {512, 4096, 16384}) {
+      sweep<256, Undo<FwdConfigHopper<256>, kDirectEpilogue>, Undo<FwdConfigHopper<256>, kAlwaysRescale>,
+            Undo<FwdConfigHopper<256>, kDirectEpilogue | kAlwaysRescale>>({16384 / s, s, 8, 256, causal}, names);
+      sweep<128, Undo<FwdConfigHopper<128>, kDirectEpilogue>, Undo<FwdConfigHopper<128>, kAlwaysRescale>,
+            Undo<FwdConfigHopper<128>, kDirectEpilogue | kAlwaysRescale>>({16384 / s * 2, s, 16, 128, causal}, names);
+    }
   return 0;
 }
