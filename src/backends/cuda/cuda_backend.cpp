@@ -120,7 +120,7 @@ Status check_alignment(const std::vector<Named>& tensors) {
 
 constexpr int64_t kMaxSeqlen = int64_t{1} << 29;  // keeps the kernels' int row/key arithmetic in range
 
-// What every sm80 kernel needs of a call, forward or backward.
+// What every CUDA kernel (sm80, sm90) needs of a call, forward or backward.
 Status check_sm80_problem(const Problem& p, const DeviceInfo& prop, const char* pass) {
   if (prop.major < 8)
     return unsupported("the CUDA kernels need compute capability 8.0 or newer; device " + prop.name + " is " +
@@ -132,6 +132,9 @@ Status check_sm80_problem(const Problem& p, const DeviceInfo& prop, const char* 
                        ": the CUDA " + pass + " needs equal head dims");
   if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen)
     return unsupported(std::string("seqlen: the CUDA ") + pass + " supports sequences up to 2^29");
+  if (p.head_dim % 8 != 0 || p.head_dim > 256)
+    return unsupported("head_dim " + std::to_string(p.head_dim) + ": the CUDA " + pass +
+                       " needs a multiple of 8, at most 256 (other head dims: pass CPU tensors)");
   return {};
 }
 
@@ -146,8 +149,6 @@ Status check_smem(int needed, int head_dim, const DeviceInfo& prop) {
 // The one place that decides whether the sm80 forward runs a call, and with which instantiation.
 Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKernelInfo* kernel) {
   if (Status s = check_sm80_problem(p, prop, "forward"); !s.ok()) return s;
-  if (p.head_dim % 8 != 0 || p.head_dim > 256)
-    return unsupported("head_dim " + std::to_string(p.head_dim) + ": the CUDA forward needs a multiple of 8, at most 256");
   *kernel = sm80::find_fwd(p.dtype, static_cast<int>(p.head_dim), prop.major);
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
@@ -161,9 +162,6 @@ Status select_sm90_forward(const Problem& p, const DeviceInfo& prop, FwdKernelIn
   if (prop.major != 9)
     return unsupported("backend cuda-sm90: the Hopper kernels need compute capability 9.0 (H100, H200); device " +
                        prop.name + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
-  if (p.head_dim % 8 != 0 || p.head_dim > 256)
-    return unsupported("head_dim " + std::to_string(p.head_dim) +
-                       ": the CUDA forward needs a multiple of 8, at most 256");
   *kernel = sm90::find_fwd(p.dtype, static_cast<int>(p.head_dim));
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
@@ -190,9 +188,6 @@ Status select_forward_for(Backend backend, const Problem& p, const DeviceInfo& p
 // The same for the backward.
 Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdKernelInfo* kernel) {
   if (Status s = check_sm80_problem(p, prop, "backward"); !s.ok()) return s;
-  if (p.head_dim % 8 != 0 || p.head_dim > 256)
-    return unsupported("head_dim " + std::to_string(p.head_dim) +
-                       ": the CUDA backward needs a multiple of 8, at most 256 (larger head dims: pass CPU tensors)");
   *kernel = sm80::find_bwd(p.dtype, static_cast<int>(p.head_dim));
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +

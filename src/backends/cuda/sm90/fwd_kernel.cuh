@@ -339,27 +339,31 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   if (blk.n_first <= blk.n_last) cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, 0);
   cutlass::PipelineState<kStages> state_k, state_v;  // V's reads trail K's by one tile with kOverlap
   float alpha[2];
-  if constexpr (!kOverlap) {  // each tile's products and softmax in turn
-    for (int n = blk.n_first; n <= blk.n_last; ++n, ++state_k, ++state_v) {
-      pipeline_k.consumer_wait(state_k);
-      c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
-      c.template wait<0>();
-      pipeline_k.consumer_release(state_k);
-      c.softmax_tile(n * kBlockN, last_row, f, alpha);
-      c.rescale_o(alpha);
-      c.make_p();
-      pipeline_v.consumer_wait(state_v);
-      c.issue_accumulate(sVt(_, _, state_v.index()));
-      c.template wait<0>();
-      pipeline_v.consumer_release(state_v);
-    }
-  } else if (blk.n_first <= blk.n_last) {
-    // Tile n's scores are issued before tile n - 1's P V, and its softmax runs while that P V is on the tensor
-    // cores: S(n) = Q K(n); O += P(n - 1) V(n - 1); wait S(n); softmax(n); wait P V; rescale O; P(n).
+  // One tile's product, issued and waited for, with its stage released: the steps that nothing overlaps.
+  auto scores_now = [&] {
     pipeline_k.consumer_wait(state_k);
     c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
     c.template wait<0>();
     pipeline_k.consumer_release(state_k);
+  };
+  auto accumulate_now = [&] {
+    pipeline_v.consumer_wait(state_v);
+    c.issue_accumulate(sVt(_, _, state_v.index()));
+    c.template wait<0>();
+    pipeline_v.consumer_release(state_v);
+  };
+  if constexpr (!kOverlap) {  // each tile's products and softmax in turn
+    for (int n = blk.n_first; n <= blk.n_last; ++n, ++state_k, ++state_v) {
+      scores_now();
+      c.softmax_tile(n * kBlockN, last_row, f, alpha);
+      c.rescale_o(alpha);
+      c.make_p();
+      accumulate_now();
+    }
+  } else if (blk.n_first <= blk.n_last) {
+    // Tile n's scores are issued before tile n - 1's P V, and its softmax runs while that P V is on the tensor
+    // cores: S(n) = Q K(n); O += P(n - 1) V(n - 1); wait S(n); softmax(n); wait P V; rescale O; P(n).
+    scores_now();
     ++state_k;
     c.softmax_tile(blk.n_first * kBlockN, last_row, f, alpha);  // O is still zero: no rescale
     c.make_p();
@@ -376,10 +380,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       c.rescale_o(alpha);
       c.make_p();
     }
-    pipeline_v.consumer_wait(state_v);
-    c.issue_accumulate(sVt(_, _, state_v.index()));
-    c.template wait<0>();
-    pipeline_v.consumer_release(state_v);
+    accumulate_now();
   }
   c.store(f, blk.b, blk.h);
 #endif
