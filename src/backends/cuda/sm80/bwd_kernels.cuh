@@ -283,10 +283,10 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKerne
   float acc_dq[1][kDB][4] = {};
   const int key_begin = max(0, row0 + f.key_offset - f.window_left);
   const int key_end = min(f.seqlen_k, row_last + f.key_offset + f.window_right + 1);
-  for (int col0 = key_begin / kCols * kCols; col0 < key_end; col0 += kCols) {
+  for (int key0 = key_begin / kCols * kCols; key0 < key_end; key0 += kCols) {
     __syncthreads();  // every warp is done with sK and sV of the previous step
-    load_rows_async<Traits, kCols>(sK, k_head, f.k_stride[1], col0, f.seqlen_k, f.head_dim);
-    load_rows_async<Traits, kCols>(sV, v_head, f.v_stride[1], col0, f.seqlen_k, f.head_dim);
+    load_rows_async<Traits, kCols>(sK, k_head, f.k_stride[1], key0, f.seqlen_k, f.head_dim);
+    load_rows_async<Traits, kCols>(sV, v_head, f.v_stride[1], key0, f.seqlen_k, f.head_dim);
     cp_async_commit();
     cp_async_wait<0>();
     __syncthreads();
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKerne
     auto step = [&](auto masked) {
       float acc_s[1][kNB][4], capped[1][kNB][4];
       tile_scores<Traits, T>(sQ, sK, acc_s);
-      cap_and_mask<Traits, kSoftcap, decltype(masked)::value>(f, row0, col0, acc_s);
+      cap_and_mask<Traits, kSoftcap, decltype(masked)::value>(f, row0, key0, acc_s);
 #pragma unroll
       for (int n = 0; n < kNB; ++n)
 #pragma unroll
@@ -312,7 +312,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKerne
               grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], delta[e / 2], capped[0][n][e], f, p.scale);
       tile_accumulate_pv<Traits, T, Traits::kOutCols>(acc_s, sK + col0, acc_dq);  // dQ += dS K
     };
-    if (tile_fully_visible<Traits>(f, row0, col0, row_last))
+    if (tile_fully_visible<Traits>(f, row0, key0, row_last))
       step(std::false_type{});
     else
       step(std::true_type{});

@@ -30,15 +30,23 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   tma_safe_strides(f.q_stride, f.batch, f.seqlen_q, f.heads_q, q_stride);
   tma_safe_strides(f.k_stride, f.batch, f.seqlen_k, heads_kv, k_stride);
   tma_safe_strides(f.v_stride, f.batch, f.seqlen_k, heads_kv, v_stride);
+  // With no keys (O = 0, LSE = -inf) the kernel loads no K/V tile, but a descriptor must still be valid: an
+  // extent of 0 or a null K/V (an empty tensor may have one) is refused, so K and V get one row of Q's memory.
+  const bool no_keys = f.seqlen_k == 0;
+  const void* k_data = no_keys ? f.q : f.k;
+  const void* v_data = no_keys ? f.q : f.v;
+  const int kv_rows = no_keys ? 1 : f.seqlen_k;
+  if (no_keys)
+    for (int d = 0; d < 3; ++d) k_stride[d] = v_stride[d] = q_stride[d];
   const auto kv_layout = cute::take<0, 2>(typename Traits::SmemLayoutKV{});
   const typename Traits::Params p{
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                           Traits::gmem_tensor(f.q, f.seqlen_q, f.head_dim, f.heads_q, f.batch, q_stride),
                           typename Traits::SmemLayoutQ{}),
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
-                          Traits::gmem_tensor(f.k, f.seqlen_k, f.head_dim, heads_kv, f.batch, k_stride), kv_layout),
+                          Traits::gmem_tensor(k_data, kv_rows, f.head_dim, heads_kv, f.batch, k_stride), kv_layout),
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
-                          Traits::gmem_tensor(f.v, f.seqlen_k, f.head_dim, heads_kv, f.batch, v_stride), kv_layout),
+                          Traits::gmem_tensor(v_data, kv_rows, f.head_dim, heads_kv, f.batch, v_stride), kv_layout),
       f};
   auto kernel = f.softcap > 0 ? fwd_kernel<Traits, true, kOverlap> : fwd_kernel<Traits, false, kOverlap>;
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
