@@ -77,7 +77,7 @@ template cudaError_t launch_bwd<${cpp_type_${dt}}, ${hd}>(const BwdKernelParams&
 }  // namespace flashtile::cuda::sm80
 " @ONLY)
         list(APPEND sources ${file})
-        string(APPEND bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, BwdTraits<${hd}>::kBlockM, BwdTraits<${hd}>::kBlockM, bwd_smem_bytes<BwdTraits<${hd}>, true>()},\n")
+        string(APPEND bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, BwdTraits<${hd}>::kBlockM, BwdTraits<${hd}>::kBlockM, bwd_smem_bytes<BwdTraits<${hd}>>(1)},\n")
       endif()
     endforeach()
   endforeach()

@@ -21,6 +21,8 @@ struct BwdKernelParams {
   float* dq_accum;  // workspace, default mode: dQ in fp32, (batch, heads_q, seqlen_q, head_dim) dense;
                     // nullptr in deterministic mode
   int n_blocks;     // key blocks per (batch, K/V head)
+  bool prefetch;    // two step buffers: a step's tiles load while the previous step's products run (set by the
+                    // launcher where that keeps the CTAs per SM; sm80/bwd_launch.cuh)
 };
 
 // Resolves a validated backward call (bwd_kernel_params for the sm80 kernels, cuda_backend.cpp).

@@ -18,12 +18,14 @@ struct BwdTiles {
 template <int kHeadDim>
 using BwdTraits = FwdTraits<kHeadDim, BwdTiles<kHeadDim>>;
 
-// Shared memory of the dK/dV kernel (the largest of the three): K, V, Q and dO tiles of 16-bit elements,
-// per-column LSE and D in fp32, and in the default mode (kAccumulateDq) the step's dS^T, padded by 16 bytes a row.
-template <typename Traits, bool kAccumulateDq>
-constexpr int bwd_smem_bytes() {
-  return (2 * Traits::kBlockM + 2 * Traits::kBlockN) * Traits::kRowStride * 2 + 2 * Traits::kBlockN * 4 +
-         (kAccumulateDq ? Traits::kBlockM * (Traits::kBlockN + 8) * 2 : 0);
+// Shared memory of the dK/dV and dQ kernels (bwd_kernels.cuh): the two kBlockM-row tiles a CTA keeps (K and V,
+// or Q and dO), and per step buffer the two kBlockN-row tiles a step brings (Q and dO, or K and V), all of
+// 16-bit elements, plus the dK/dV kernel's per-column LSE and D in fp32. The default mode's dS^T reuses the Q
+// tile. Two buffers let the next step's loads overlap this one's products (BwdKernelParams::prefetch).
+template <typename Traits>
+constexpr int bwd_smem_bytes(int buffers) {
+  return (2 * Traits::kBlockM + 2 * buffers * Traits::kBlockN) * Traits::kRowStride * 2 +
+         2 * buffers * Traits::kBlockN * 4;
 }
 
 }  // namespace flashtile::cuda::sm80

@@ -4,14 +4,42 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
+#include <mutex>
+#include <utility>
+
 #include "backends/cuda/sm80/bwd_kernels.cuh"
 #include "backends/cuda/sm80/fwd_launch.hpp"
 
 namespace flashtile::cuda::sm80 {
 
+// Whether a kernel keeps as many CTAs per SM with two step buffers as with one, on the current device: on the
+// H200 it does at every head dim (registers allow two CTAs up to D = 128, shared memory one above); an A100
+// would lose one of D = 128's two CTAs, and a 99 KB RTX cannot fit D = 128's two buffers at all. Decided once
+// per (kernel, device); an inline function, so every translation unit shares the one cache.
+inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_one, int smem_two) {
+  static std::mutex mutex;
+  static std::map<std::pair<const void*, int>, bool> known;
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return false;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find({kernel, device});
+  if (it != known.end()) return it->second;
+  int optin = 0, one = 0, two = 0;
+  const bool yes =
+      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
+      smem_two <= optin &&
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_two) == cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&one, kernel, threads, smem_one) == cudaSuccess &&
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&two, kernel, threads, smem_two) == cudaSuccess && two >= one;
+  known.emplace(std::make_pair(kernel, device), yes);
+  return yes;
+}
+
 template <typename T, int kHeadDim>
-cudaError_t launch_bwd(const BwdKernelParams& p, cudaStream_t stream) {
+cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   using Traits = BwdTraits<kHeadDim>;
+  BwdKernelParams p = params;
   const FwdKernelParams& f = p.fwd;
   const bool accumulate_dq = p.dq_accum != nullptr;  // default mode; deterministic mode runs bwd_dq_kernel
   const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
@@ -25,35 +53,31 @@ cudaError_t launch_bwd(const BwdKernelParams& p, cudaStream_t stream) {
 
   // Grids flattened into x, as in the forward: (key blocks) x batch x K/V heads, (query blocks) x batch x heads;
   // y is the half of the head dim's columns a CTA accumulates (kColSplits: 2 above a head dim of 128).
-  const int64_t dkdv_blocks = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
-  const dim3 splits(1, Traits::kColSplits);
-  const bool softcap = f.softcap > 0;
-  auto launch_dkdv = [&](auto kernel, int smem) {
+  constexpr int kSmemOne = bwd_smem_bytes<Traits>(1), kSmemTwo = bwd_smem_bytes<Traits>(2);
+  auto launch = [&](auto kernel, int64_t blocks) {
+    p.prefetch = prefetch_keeps_occupancy(reinterpret_cast<const void*>(kernel), Traits::kThreads, kSmemOne, kSmemTwo);
+    const int smem = p.prefetch ? kSmemTwo : kSmemOne;
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         err != cudaSuccess)
       return err;
-    if (dkdv_blocks > 0)
-      kernel<<<dim3(static_cast<unsigned>(dkdv_blocks), splits.y), Traits::kThreads, smem, stream>>>(p);
+    if (blocks > 0)
+      kernel<<<dim3(static_cast<unsigned>(blocks), Traits::kColSplits), Traits::kThreads, smem, stream>>>(p);
     return cudaGetLastError();
   };
+  const int64_t dkdv_blocks = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
+  const bool softcap = f.softcap > 0;
   if (accumulate_dq) {
-    constexpr int kSmem = bwd_smem_bytes<Traits, true>();
-    cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<Traits, T, true, true>, kSmem)
-                              : launch_dkdv(bwd_dkdv_kernel<Traits, T, false, true>, kSmem);
+    cudaError_t err = softcap ? launch(bwd_dkdv_kernel<Traits, T, true, true>, dkdv_blocks)
+                              : launch(bwd_dkdv_kernel<Traits, T, false, true>, dkdv_blocks);
     if (err != cudaSuccess) return err;
     if (rows > 0) bwd_dq_convert_kernel<T><<<row_blocks, kRowWarps * 32, 0, stream>>>(p);
     return cudaGetLastError();
   }
-  constexpr int kSmem = bwd_smem_bytes<Traits, false>();
-  cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<Traits, T, true, false>, kSmem)
-                            : launch_dkdv(bwd_dkdv_kernel<Traits, T, false, false>, kSmem);
+  cudaError_t err = softcap ? launch(bwd_dkdv_kernel<Traits, T, true, false>, dkdv_blocks)
+                            : launch(bwd_dkdv_kernel<Traits, T, false, false>, dkdv_blocks);
   if (err != cudaSuccess) return err;
-  auto dq = softcap ? bwd_dq_kernel<Traits, T, true> : bwd_dq_kernel<Traits, T, false>;
-  if (err = cudaFuncSetAttribute(dq, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem); err != cudaSuccess)
-    return err;
   const int64_t dq_blocks = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
-  if (dq_blocks > 0) dq<<<dim3(static_cast<unsigned>(dq_blocks), splits.y), Traits::kThreads, kSmem, stream>>>(p);
-  return cudaGetLastError();
+  return softcap ? launch(bwd_dq_kernel<Traits, T, true>, dq_blocks) : launch(bwd_dq_kernel<Traits, T, false>, dq_blocks);
 }
 
 }  // namespace flashtile::cuda::sm80

@@ -139,8 +139,10 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
             row_sum[s][hr] = row_sum[s][hr] * alpha + sum;
           }
         // alpha is exactly 1 for a row whose max did not move, as for most rows once the max has settled: the
-        // warp skips the kMSlices * kHeadDim / 2 multiplies unless one of its rows moved.
-        if ((kVariant & kAlwaysRescale) || __any_sync(0xffffffffu, max_moved)) {
+        // warp skips the kMSlices * kHeadDim / 2 multiplies unless one of its rows moved (where the table says
+        // the vote pays, fwd_config.hpp).
+        constexpr bool kSkip = Traits::kSkipRescale && !(kVariant & kAlwaysRescale);
+        if (!kSkip || __any_sync(0xffffffffu, max_moved)) {
 #pragma unroll
           for (int s = 0; s < kMSlices; ++s)
 #pragma unroll
