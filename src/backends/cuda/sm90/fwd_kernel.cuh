@@ -1,5 +1,10 @@
 // The sm90 forward kernel (H100, H200): the FlashAttention-2 schedule on Hopper's machinery.
-//   - one CTA per (query block of 128 rows, batch x head), heavy causal blocks first, as the sm80 kernel;
+//   - persistent (fwd_config.hpp): one CTA per SM walks the tiles (query block of 128 rows, batch x head) blockIdx.x,
+//     blockIdx.x + gridDim.x, ...; tiles run head by head, heavy causal blocks first within a head (the CTAs
+//     at work at one time share a few heads' K and V in L2), and the round robin spreads the heavy and light
+//     causal blocks evenly. A CTA's producer loads the next tile's Q and first K/V tiles while its consumers
+//     finish the current one, so a tile's prologue and epilogue overlap its neighbours' (a fresh CTA per
+//     tile would expose them: one CTA fills an SM's registers);
 //   - warp specialization: warpgroup 0 is the producer. It gives its registers away (setmaxnreg) and one
 //     thread issues every copy: Q once, then K and V tiles by TMA into a kStages-deep mbarrier pipeline
 //     (cutlass::PipelineTmaAsync), K/V for GQA from head h / group;
@@ -39,6 +44,7 @@ struct FwdTraits {
   using Element = T;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = FwdConfig<kHeadDim>::kBlockN, kStages = FwdConfig<kHeadDim>::kStages;
+  static constexpr bool kPersistent = FwdConfig<kHeadDim>::kPersistent;
   static constexpr int kConsumers = 2, kBlockM = 64 * kConsumers, kThreads = 128 * (kConsumers + 1);
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "swizzle atoms span 32 or 64 columns; P V steps 16 keys");
 
@@ -80,7 +86,8 @@ struct FwdTraits {
     alignas(1024) T q[cute::cosize_v<SmemLayoutQ>];
     alignas(1024) T k[cute::cosize_v<SmemLayoutKV>];
     alignas(1024) T v[cute::cosize_v<SmemLayoutKV>];
-    alignas(16) uint64_t q_full;  // mbarrier: Q has landed
+    alignas(16) uint64_t q_full;  // mbarrier: the tile's Q has landed (phase = the CTA's tile count, mod 2)
+    uint64_t q_empty;             // mbarrier: every consumer thread is done reading the tile's Q
     typename Pipeline::SharedStorage pipeline_k, pipeline_v;
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
@@ -92,14 +99,15 @@ struct FwdTraits {
   };
 };
 
-// The CTA's place: query block (heavy causal blocks first), batch, head, and the K/V tiles its rows see.
+// A work tile: query block (heavy causal blocks first within a head), batch, head, and the K/V tiles its rows
+// see. Tiles are numbered 0 .. m_blocks * batch * heads_q - 1, head by head.
 struct CtaBlock {
-  int row0, b, h, hk, n_first, n_last;  // tiles [n_first, n_last]; none when n_first > n_last
+  int row0, b, h, hk, n_first, n_last;  // K/V tiles [n_first, n_last]; none when n_first > n_last
   template <int kBlockM, int kBlockN>
-  __device__ static CtaBlock make(const FwdKernelParams& f) {
+  __device__ static CtaBlock make(const FwdKernelParams& f, int tile) {
     CtaBlock c;
-    const int m_block = f.m_blocks - 1 - static_cast<int>(blockIdx.x % f.m_blocks);
-    const int bh = static_cast<int>(blockIdx.x / f.m_blocks);
+    const int m_block = f.m_blocks - 1 - tile % f.m_blocks;
+    const int bh = tile / f.m_blocks;
     c.b = bh / f.heads_q, c.h = bh % f.heads_q, c.hk = c.h / f.group;
     c.row0 = m_block * kBlockM;
     const int row_last = min(c.row0 + kBlockM, f.seqlen_q) - 1;
@@ -203,13 +211,13 @@ struct Consumer {
       for (int i = 2 * hr; i < size(tSrS); i += 4) mx = fmaxf(mx, fmaxf(tSrS(i), tSrS(i + 1)));
       mx = quad_max(mx);
       const float shift = mx == -INFINITY ? 0.0f : mx * f.scale_log2;  // a row with no key yet
-      alpha[hr] = exp2f(row_max[hr] * f.scale_log2 - shift);
+      alpha[hr] = exp2_approx(row_max[hr] * f.scale_log2 - shift);
       row_max[hr] = mx;
       float sum = 0.0f;
       CUTE_UNROLL
       for (int i = 2 * hr; i < size(tSrS); i += 4) {
-        tSrS(i) = exp2f(fmaf(tSrS(i), f.scale_log2, -shift));
-        tSrS(i + 1) = exp2f(fmaf(tSrS(i + 1), f.scale_log2, -shift));
+        tSrS(i) = exp2_approx(fmaf(tSrS(i), f.scale_log2, -shift));
+        tSrS(i + 1) = exp2_approx(fmaf(tSrS(i + 1), f.scale_log2, -shift));
         sum += tSrS(i) + tSrS(i + 1);
       }
       row_sum[hr] = row_sum[hr] * alpha[hr] + sum;
@@ -218,7 +226,8 @@ struct Consumer {
 
   // The mask only where the tile needs it: a runtime test inside softmax would be if-converted into predicated
   // instructions on every tile (as it was in the sm80 kernel, docs/perf-log.md v6).
-  __device__ void softmax_tile(int col0, int last_row, const FwdKernelParams& f, float (&alpha)[2]) {
+  __device__ void softmax_tile(int col0, const FwdKernelParams& f, float (&alpha)[2]) {
+    const int last_row = min(first_row + 63, f.seqlen_q - 1);  // the warpgroup's last real row
     const bool full_tile = last_row + f.key_offset - f.window_left <= col0 &&
                            first_row + f.key_offset + f.window_right >= col0 + kBlockN - 1 &&
                            col0 + kBlockN <= f.seqlen_k;
@@ -278,7 +287,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const FwdKernelParams& f = p.f;
-  const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f);
+  // The CTA's tiles, with their count so far (the phase of the Q barriers): blockIdx.x, + gridDim.x, ... when
+  // persistent, else blockIdx.x alone, compiled without the loop (it costs D = 256 registers it does not have).
+  auto for_each_tile = [&](auto&& work) {
+    if constexpr (Traits::kPersistent) {
+      const int n_tiles = f.m_blocks * f.batch * f.heads_q;
+      int iteration = 0;
+      for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++iteration) work(tile, iteration);
+    } else {
+      work(static_cast<int>(blockIdx.x), 0);
+    }
+  };
   const int warpgroup = static_cast<int>(threadIdx.x / 128);
 
   if (threadIdx.x == 0) {
@@ -286,6 +305,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
     cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
+    cutlass::arch::ClusterBarrier::init(&smem.q_empty, Traits::kConsumers * 128);
   }
   typename Pipeline::Params pipe;
   pipe.role = warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
@@ -301,88 +321,98 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   auto sV = cute::make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{});
   if (warpgroup == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<24>();
-    if (threadIdx.x == 0 && blk.n_first <= blk.n_last) {
-      const auto shape_q = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
-      const auto shape_kv = make_shape(f.seqlen_k, f.head_dim, f.heads_q / f.group, f.batch);
-      auto mQ = p.tma_q.get_tma_tensor(shape_q);
-      auto mK = p.tma_k.get_tma_tensor(shape_kv);
-      auto mV = p.tma_v.get_tma_tensor(shape_kv);
-      using TileM = Shape<Int<kBlockM>, Int<kHeadDim>>;
-      using TileN = Shape<Int<kBlockN>, Int<kHeadDim>>;
+    if (threadIdx.x != 0) return;
+    const auto shape_q = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
+    const auto shape_kv = make_shape(f.seqlen_k, f.head_dim, f.heads_q / f.group, f.batch);
+    auto mQ = p.tma_q.get_tma_tensor(shape_q);
+    auto mK = p.tma_k.get_tma_tensor(shape_kv);
+    auto mV = p.tma_v.get_tma_tensor(shape_kv);
+    using TileM = Shape<Int<kBlockM>, Int<kHeadDim>>;
+    using TileN = Shape<Int<kBlockN>, Int<kHeadDim>>;
+    constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(T);
+    auto state = cutlass::make_producer_start_state<Pipeline>();
+    for_each_tile([&](int tile, int iteration) {
+      const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile);
       auto gQ = local_tile(mQ(_, _, blk.h, blk.b), TileM{}, make_coord(blk.row0 / kBlockM, 0));  // (M, D)
       auto gK = local_tile(mK(_, _, blk.hk, blk.b), TileN{}, make_coord(_, 0));               // (N, D, n)
       auto gV = local_tile(mV(_, _, blk.hk, blk.b), TileN{}, make_coord(_, 0));
       auto [tQg, tQs] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
       auto [tKg, tKs] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto [tVg, tVs] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-      constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(T);
+      // Q is reloaded once the consumers are done with the previous tile's (the K/V pipeline runs on ahead).
+      if (iteration > 0) cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (iteration - 1) % 2);
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, kQBytes);
       copy(p.tma_q.with(smem.q_full), tQg, tQs);
-      auto state = cutlass::make_producer_start_state<Pipeline>();
       for (int n = blk.n_first; n <= blk.n_last; ++n, ++state) {
         pipeline_k.producer_acquire(state);
         copy(p.tma_k.with(*pipeline_k.producer_get_barrier(state)), tKg(_, n), tKs(_, state.index()));
         pipeline_v.producer_acquire(state);
         copy(p.tma_v.with(*pipeline_v.producer_get_barrier(state)), tVg(_, n), tVs(_, state.index()));
       }
-    }
+    });
     return;
   }
 
   cutlass::arch::warpgroup_reg_alloc<240>();
   const int consumer = warpgroup - 1;
-  Consumer<Traits, kSoftcap> c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
   auto sVt = cute::make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
   auto sQ_wg = local_tile(sQ, Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0));  // this warpgroup's rows
-  // Rows the mask may hide keys from: the warpgroup's rows, up to the last real one.
-  const int last_row = min(c.first_row + 63, f.seqlen_q - 1);
-  if (blk.n_first <= blk.n_last) cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, 0);
   cutlass::PipelineState<kStages> state_k, state_v;  // V's reads trail K's by one tile with kOverlap
-  float alpha[2];
-  // One tile's product, issued and waited for, with its stage released: the steps that nothing overlaps.
-  auto scores_now = [&] {
-    pipeline_k.consumer_wait(state_k);
-    c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
-    c.template wait<0>();
-    pipeline_k.consumer_release(state_k);
-  };
-  auto accumulate_now = [&] {
-    pipeline_v.consumer_wait(state_v);
-    c.issue_accumulate(sVt(_, _, state_v.index()));
-    c.template wait<0>();
-    pipeline_v.consumer_release(state_v);
-  };
-  if constexpr (!kOverlap) {  // each tile's products and softmax in turn
-    for (int n = blk.n_first; n <= blk.n_last; ++n, ++state_k, ++state_v) {
-      scores_now();
-      c.softmax_tile(n * kBlockN, last_row, f, alpha);
-      c.rescale_o(alpha);
-      c.make_p();
-      accumulate_now();
-    }
-  } else if (blk.n_first <= blk.n_last) {
-    // Tile n's scores are issued before tile n - 1's P V, and its softmax runs while that P V is on the tensor
-    // cores: S(n) = Q K(n); O += P(n - 1) V(n - 1); wait S(n); softmax(n); wait P V; rescale O; P(n).
-    scores_now();
-    ++state_k;
-    c.softmax_tile(blk.n_first * kBlockN, last_row, f, alpha);  // O is still zero: no rescale
-    c.make_p();
-    for (int n = blk.n_first + 1; n <= blk.n_last; ++n, ++state_k, ++state_v) {
+  for_each_tile([&](int tile, int iteration) {
+    const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile);
+    Consumer<Traits, kSoftcap> c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
+    cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, iteration % 2);
+    float alpha[2];
+    // One tile's product, issued and waited for, with its stage released: the steps that nothing overlaps.
+    auto scores_now = [&] {
       pipeline_k.consumer_wait(state_k);
       c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
+      c.template wait<0>();
+      pipeline_k.consumer_release(state_k);
+      ++state_k;
+    };
+    auto accumulate_now = [&] {
       pipeline_v.consumer_wait(state_v);
       c.issue_accumulate(sVt(_, _, state_v.index()));
-      c.template wait<1>();  // S(n) is done; P V(n - 1) may still run
-      pipeline_k.consumer_release(state_k);
-      c.softmax_tile(n * kBlockN, last_row, f, alpha);
-      c.template wait<0>();  // P V(n - 1) is done: P and O are free
+      c.template wait<0>();
       pipeline_v.consumer_release(state_v);
-      c.rescale_o(alpha);
+      ++state_v;
+    };
+    if constexpr (!kOverlap) {  // each tile's products and softmax in turn
+      for (int n = blk.n_first; n <= blk.n_last; ++n) {
+        scores_now();
+        c.softmax_tile(n * kBlockN, f, alpha);
+        c.rescale_o(alpha);
+        c.make_p();
+        accumulate_now();
+      }
+    } else if (blk.n_first <= blk.n_last) {
+      // Tile n's scores are issued before tile n - 1's P V, and its softmax runs while that P V is on the
+      // tensor cores: S(n) = Q K(n); O += P(n - 1) V(n - 1); wait S(n); softmax(n); wait P V; rescale O; P(n).
+      scores_now();
+      c.softmax_tile(blk.n_first * kBlockN, f, alpha);  // O is still zero: no rescale
       c.make_p();
+      for (int n = blk.n_first + 1; n <= blk.n_last; ++n, ++state_k, ++state_v) {
+        pipeline_k.consumer_wait(state_k);
+        c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
+        pipeline_v.consumer_wait(state_v);
+        c.issue_accumulate(sVt(_, _, state_v.index()));
+        c.template wait<1>();  // S(n) is done; P V(n - 1) may still run
+        pipeline_k.consumer_release(state_k);
+        c.softmax_tile(n * kBlockN, f, alpha);
+        c.template wait<0>();  // P V(n - 1) is done: P and O are free
+        pipeline_v.consumer_release(state_v);
+        c.rescale_o(alpha);
+        c.make_p();
+      }
+      accumulate_now();
     }
-    accumulate_now();
-  }
-  c.store(f, blk.b, blk.h);
+    cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);  // no product of this tile reads Q any more
+    // The batch and head again from the tile number rather than kept live through the loop: at D = 256 the
+    // registers are that tight.
+    const int bh = tile / f.m_blocks;
+    c.store(f, bh / f.heads_q, bh % f.heads_q);
+  });
 #endif
 }
 

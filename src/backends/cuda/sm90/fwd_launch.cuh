@@ -7,6 +7,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <climits>
+#include <cstdint>
 #include <type_traits>
 
 #include "backends/cuda/sm90/fwd_kernel.cuh"
@@ -52,9 +55,22 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
       err != cudaSuccess)
     return err;
-  // One CTA per (query block, batch x head), flattened into x (up to 2^31 - 1 blocks, unlike y and z).
-  const int64_t blocks = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
-  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+  // Persistent: one CTA per SM (the kernel's registers allow no more), each walking the tiles (query block,
+  // batch x head) blockIdx.x, + gridDim.x, ... (fwd_kernel.cuh); otherwise a CTA per tile. Only where every tile
+  // has the same work (no mask bounds the keys): under a causal mask the static round robin gave some CTAs three
+  // times the work of others (132 CTAs step 4 query blocks a round through 128-block heads) and measured 24%
+  // slower at D = 128, S = 16k (docs/perf-log.md, sm90 v2), where the hardware's own scheduling of a CTA per
+  // tile balances the load. The kernel runs either grid: its loop simply ends after one tile.
+  const int64_t unbounded = static_cast<int64_t>(f.seqlen_q) + f.seqlen_k;
+  const bool uniform_work = f.window_left >= unbounded && f.window_right >= unbounded;
+  const int64_t tiles = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
+  if (tiles > INT32_MAX) return cudaErrorInvalidValue;  // tile numbers are ints (2^31 tiles of 128 rows)
+  int device = 0, sms = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
+    return err;
+  const auto ctas = static_cast<unsigned>(Traits::kPersistent && uniform_work ? std::min<int64_t>(tiles, sms) : tiles);
+  kernel<<<ctas, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
