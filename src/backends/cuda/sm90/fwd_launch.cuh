@@ -8,7 +8,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstdint>
 #include <type_traits>
 
@@ -65,12 +64,15 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   const bool uniform_work = f.window_left >= unbounded && f.window_right >= unbounded;
   const int64_t tiles = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
   if (tiles > INT32_MAX) return cudaErrorInvalidValue;  // tile numbers are ints (2^31 tiles of 128 rows)
-  int device = 0, sms = 0;
-  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
-    return err;
-  const auto ctas = static_cast<unsigned>(Traits::kPersistent && uniform_work ? std::min<int64_t>(tiles, sms) : tiles);
-  kernel<<<ctas, Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+  int64_t ctas = tiles;
+  if (Traits::kPersistent && uniform_work) {
+    int device = 0, sms = 0;
+    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
+      return err;
+    ctas = std::min<int64_t>(tiles, sms);
+  }
+  kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }
 
