@@ -121,7 +121,7 @@ Status check_alignment(const std::vector<Named>& tensors) {
 constexpr int64_t kMaxSeqlen = int64_t{1} << 29;  // keeps the kernels' int row/key arithmetic in range
 
 // What every CUDA kernel (sm80, sm90) needs of a call, forward or backward.
-Status check_sm80_problem(const Problem& p, const DeviceInfo& prop, const char* pass) {
+Status check_cuda_problem(const Problem& p, const DeviceInfo& prop, const char* pass) {
   if (prop.major < 8)
     return unsupported("the CUDA kernels need compute capability 8.0 or newer; device " + prop.name + " is " +
                        std::to_string(prop.major) + "." + std::to_string(prop.minor));
@@ -148,7 +148,7 @@ Status check_smem(int needed, int head_dim, const DeviceInfo& prop) {
 
 // The one place that decides whether the sm80 forward runs a call, and with which instantiation.
 Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKernelInfo* kernel) {
-  if (Status s = check_sm80_problem(p, prop, "forward"); !s.ok()) return s;
+  if (Status s = check_cuda_problem(p, prop, "forward"); !s.ok()) return s;
   *kernel = sm80::find_fwd(p.dtype, static_cast<int>(p.head_dim), prop.major);
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
@@ -158,7 +158,7 @@ Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKe
 
 // The sm90 forward (wgmma, TMA): Hopper devices only, and only in builds with FLASHTILE_CUDA_SM90.
 Status select_sm90_forward(const Problem& p, const DeviceInfo& prop, FwdKernelInfo* kernel) {
-  if (Status s = check_sm80_problem(p, prop, "forward"); !s.ok()) return s;
+  if (Status s = check_cuda_problem(p, prop, "forward"); !s.ok()) return s;
   if (prop.major != 9)
     return unsupported("backend cuda-sm90: the Hopper kernels need compute capability 9.0 (H100, H200); device " +
                        prop.name + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
@@ -187,7 +187,7 @@ Status select_forward_for(Backend backend, const Problem& p, const DeviceInfo& p
 
 // The same for the backward.
 Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdKernelInfo* kernel) {
-  if (Status s = check_sm80_problem(p, prop, "backward"); !s.ok()) return s;
+  if (Status s = check_cuda_problem(p, prop, "backward"); !s.ok()) return s;
   *kernel = sm80::find_bwd(p.dtype, static_cast<int>(p.head_dim));
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +

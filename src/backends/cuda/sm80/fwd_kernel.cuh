@@ -141,8 +141,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
         // alpha is exactly 1 for a row whose max did not move, as for most rows once the max has settled: the
         // warp skips the kMSlices * kHeadDim / 2 multiplies unless one of its rows moved (where the table says
         // the vote pays, fwd_config.hpp).
-        constexpr bool kSkip = Traits::kSkipRescale && !(kVariant & kAlwaysRescale);
-        if (!kSkip || __any_sync(0xffffffffu, max_moved)) {
+        if (!Traits::kSkipRescale || __any_sync(0xffffffffu, max_moved)) {
 #pragma unroll
           for (int s = 0; s < kMSlices; ++s)
 #pragma unroll
@@ -192,8 +191,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
 
     // Epilogue: one division per row, then O and LSE to global memory. Rows that saw no key get O = 0 and
     // LSE = -inf. O goes out through this warp's own rows of sQ, which no other warp reads, so that the global
-    // stores are whole 16-byte chunks of a row rather than 4-byte pieces of eight rows (kDirectEpilogue: the
-    // latter, for the harness's A/B).
+    // stores are whole 16-byte chunks of a row rather than 4-byte pieces of eight rows.
     T* sO = sQ;
 #pragma unroll
     for (int s = 0; s < kMSlices; ++s)
@@ -206,30 +204,25 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
         const bool seen = row_max[s][hr] != -INFINITY;
         const float inv = !seen ? 0.0f : (kVariant & kRescaleEveryStep) ? 1.0f : 1.0f / l;
         const int r = slice_row<Traits>(s) + g + hr * 8;
-        const bool direct = kVariant & kDirectEpilogue;
-        T* dst = direct ? o_head + (row0 + r) * p.o_stride[1] : sO + r * kStride;
 #pragma unroll
         for (int d = 0; d < kDB; ++d)
-          if (!direct || (row0 + r < p.seqlen_q && d * 8 < p.head_dim))
-            *reinterpret_cast<uint32_t*>(dst + d * 8 + 2 * t) =
-                pack2<T>(acc_o[s][d][2 * hr] * inv, acc_o[s][d][2 * hr + 1] * inv);
+          *reinterpret_cast<uint32_t*>(sO + r * kStride + d * 8 + 2 * t) =
+              pack2<T>(acc_o[s][d][2 * hr] * inv, acc_o[s][d][2 * hr + 1] * inv);
         if (p.lse != nullptr && t == 0 && row0 + r < p.seqlen_q)
           p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + (row0 + r) * p.lse_stride[2]] =
               seen ? (row_max[s][hr] * p.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
       }
-    if constexpr (!(kVariant & kDirectEpilogue)) {
-      __syncwarp();
-      constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+    __syncwarp();
+    constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
 #pragma unroll
-      for (int s = 0; s < kMSlices; ++s)
+    for (int s = 0; s < kMSlices; ++s)
 #pragma unroll
-        for (int i = lane; i < 16 * kChunks; i += 32) {
-          const int r = slice_row<Traits>(s) + i / kChunks, c = i % kChunks;
-          if (row0 + r < p.seqlen_q && c * 8 < p.head_dim)
-            *reinterpret_cast<uint4*>(o_head + (row0 + r) * p.o_stride[1] + c * 8) =
-                *reinterpret_cast<const uint4*>(sO + r * kStride + c * 8);
-        }
-    }
+      for (int i = lane; i < 16 * kChunks; i += 32) {
+        const int r = slice_row<Traits>(s) + i / kChunks, c = i % kChunks;
+        if (row0 + r < p.seqlen_q && c * 8 < p.head_dim)
+          *reinterpret_cast<uint4*>(o_head + (row0 + r) * p.o_stride[1] + c * 8) =
+              *reinterpret_cast<const uint4*>(sO + r * kStride + c * 8);
+      }
   }
 }
 

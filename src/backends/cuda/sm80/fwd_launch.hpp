@@ -17,9 +17,6 @@ enum FwdVariant : int {
   kV2 = 0,
   kRescaleEveryStep = 1,   // FA1-style: O normalised by the running sum after every K/V tile
   kSequentialQBlocks = 2,  // FA1-style grid: one CTA per (batch, head) walks all its query blocks
-  // v7 undone, for the tile harness's A/B of the D=256 slowdown (docs/perf-log.md, v7):
-  kDirectEpilogue = 4,     // O stored from registers in 4-byte pieces, not through shared memory
-  kAlwaysRescale = 8,      // O rescaled on every tile, not only when a row max of the warp moved
 };
 
 // Defined in fwd_launch.cuh; explicitly instantiated once per generated translation unit. Config is a tile
