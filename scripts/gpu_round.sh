@@ -5,12 +5,13 @@
 #   3. `flashtile run` on the best backend present, verified against the oracle;
 #   4. `flashtile bench --grid C` on all CPU cores (FA2 and FA1 schedules);
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
-#   6. grid A forward and backward on the GPU (bf16, fp16), benchAdet: the backward's deterministic mode; peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
+#   6. grid A forward and backward on the GPU (bf16, fp16), benchAfwd: the forward alone, benchAdet: the backward's deterministic mode; peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
 #   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper harness);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
+#   profilebwd: the same for the backward (flashtile's dK/dV kernel in the default mode, FA2's main kernel);
 #   overhead: the Python layers' per-call cost at B=1, S=128 beside the C++ call (bench/python_overhead.py);
 #   peers: peers.py with flashtile as its candidate (impl name PEERS_NAME, default flashtile-sm80: set
 #     flashtile-sm90 when the build's auto forward is the sm90 kernel) (forward and backward through autograd, grids A, L, G).
@@ -86,20 +87,37 @@ if want ablation; then
   timeout 120 $bin bench --ablation --out "$out/flashtile-ablation.jsonl" 2>/dev/null | tail -18 || status=1
 fi
 
-if want profile; then  # B=4 H=16 S=4096 D=128 bf16, full: both kernels' second launch, all sections
-  echo "== ncu: flashtile sm80 forward and PyTorch flash (FA2) forward"
+if want profile; then  # B=PROFILE_B (4) H=16 S=PROFILE_S (4096) D=128 bf16, full: both kernels' second launch, all sections
+  pb=${PROFILE_B:-4} ps=${PROFILE_S:-4096}
+  echo "== ncu: flashtile sm80 forward and PyTorch flash (FA2) forward, B=$pb S=$ps"
   ncu_args=(--set full --print-details all --launch-skip 1 --launch-count 1)
-  timeout 200 ncu "${ncu_args[@]}" -k regex:fwd_kernel $bin run -b 4 -s 4096 --no-causal -r 2 --verify-rows 2 \
-    > "$out/ncu-flashtile.txt" 2>&1 || status=1
+  timeout 200 ncu "${ncu_args[@]}" -k regex:fwd_kernel $bin run -b $pb -s $ps --no-causal -r 2 --verify-rows 2 \
+    --backend cuda-sm80 > "$out/ncu-flashtile.txt" 2>&1 || status=1
   timeout 200 ncu "${ncu_args[@]}" -k regex:flash_fwd python3 -c "
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
-q = torch.randn(4, 16, 4096, 128, device='cuda', dtype=torch.bfloat16)
+q = torch.randn($pb, 16, $ps, 128, device='cuda', dtype=torch.bfloat16)
 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
     for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, q, q)
 torch.cuda.synchronize()" > "$out/ncu-fa2.txt" 2>&1 || status=1
-  grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Executed Instructions  " \
+  grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Executed Instructions  |Waves Per SM" \
     "$out/ncu-flashtile.txt" "$out/ncu-fa2.txt"
+fi
+
+if want profilebwd; then  # B=4 H=16 S=4096 D=128 bf16, full: the main backward kernel of each, all sections
+  echo "== ncu: flashtile sm80 backward (dK/dV kernel, default mode) and PyTorch flash (FA2) backward"
+  ncu_args=(--set full --print-details all --launch-skip 1 --launch-count 1)
+  timeout 200 ncu "${ncu_args[@]}" -k regex:bwd_dkdv $bin run -b 4 -s 4096 --no-causal -r 2 --verify-rows 2 \
+    --backward > "$out/ncu-bwd-flashtile.txt" 2>&1 || status=1
+  timeout 200 ncu "${ncu_args[@]}" -k regex:flash_bwd_dq_dk_dv python3 -c "
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q = torch.randn(4, 16, 4096, 128, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
+torch.cuda.synchronize()" > "$out/ncu-bwd-fa2.txt" 2>&1 || status=1
+  grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Executed Instructions  |Shared Memory Throughput|Block Size|Grid Size|Dynamic Shared" \
+    "$out/ncu-bwd-flashtile.txt" "$out/ncu-bwd-fa2.txt"
 fi
 
 if want install; then  # the wheel from `WHEEL=1 scripts/device_prepare.sh`, installed as a user would, then the suite
@@ -134,6 +152,11 @@ if want benchA; then
   echo "== flashtile bench --grid A (GPU, forward and backward)"
   timeout 420 $bin bench --grid A --backends cuda-sm80,cuda-sm90 --dtype bf16,fp16 --backward --repeats 20 --verify-rows 4 \
     --out "$out/flashtile-grid-A.jsonl" 2>/dev/null | tail -75 || status=1
+fi
+if want benchAfwd; then  # the forward alone, both GPU families, both dtypes (shorter than benchA)
+  echo "== flashtile bench --grid A (GPU, forward)"
+  timeout 300 $bin bench --grid A --backends cuda-sm80,cuda-sm90 --dtype bf16,fp16 --repeats 10 --verify-rows 2 \
+    --out "$out/flashtile-grid-A-fwd.jsonl" 2>/dev/null | tail -3 || status=1
 fi
 if want benchAdet; then  # the backward's deterministic mode on grid A, to set against benchA's default mode
   echo "== flashtile bench --grid A --backward --deterministic (GPU, bf16)"

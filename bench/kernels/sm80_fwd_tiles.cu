@@ -28,6 +28,13 @@ struct FlipSkip : Config {
   static constexpr bool kSkipRescale = !Config::kSkipRescale;
 };
 
+// Any other row, field by field as in fwd_config.hpp.
+template <int kBlockN_, int kNWarps_, int kMSlices_, int kStages_, bool kSkipRescale_ = true>
+struct Row {
+  static constexpr int kBlockN = kBlockN_, kNWarps = kNWarps_, kMSlices = kMSlices_, kStages = kStages_;
+  static constexpr bool kSkipRescale = kSkipRescale_;
+};
+
 template <int D, typename Config>
 float time_config(const Problem& pr, const void* q, const void* k, const void* v, void* o, float* lse) {
   using Traits = FwdTraits<D, Config>;
@@ -78,15 +85,12 @@ void sweep(const Problem& pr, const char* const* names) {
 }
 
 int main() {
-  // The tile rows were chosen by earlier sweeps of this harness (docs/perf-log.md, bench/results/...-sm80-tiles).
-  // This run measures the one column set partly by analogy: the rescale skip, flipped at D = 128, 192 and 256
-  // (v8 turned it off at 192 without a measurement).
-  static const char* const names[] = {"rescale skip flipped"};
+  // The tile rows were chosen by earlier sweeps of this harness (docs/perf-log.md, bench/results/...-sm80-tiles,
+  // ...-sm80-fwd-short). The last one moved D = 128's Hopper row to one K/V stage; this run keeps that A/B
+  // against the two-stage row it replaced, over grid A's sequence lengths.
+  static const char* const names[] = {"N64 2 stages (v8 row)"};
   for (bool causal : {false, true})
-    for (int s : {512, 4096, 16384}) {
-      sweep<128, FlipSkip<FwdConfigHopper<128>>>({16384 / s * 2, s, 16, 128, causal}, names);
-      sweep<192, FlipSkip<FwdConfigHopper<192>>>({16384 / s, s, 10, 192, causal}, names);
-      sweep<256, FlipSkip<FwdConfigHopper<256>>>({16384 / s, s, 8, 256, causal}, names);
-    }
+    for (int s : {512, 1024, 2048, 4096, 8192, 16384})
+      sweep<128, Row<64, 4, 2, 2>>({16384 / s, s, 16, 128, causal}, names);
   return 0;
 }

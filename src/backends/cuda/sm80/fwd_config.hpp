@@ -22,16 +22,17 @@ template <> struct FwdConfig<128> { static constexpr int kBlockN = 32, kNWarps =
 template <> struct FwdConfig<192> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1; static constexpr bool kSkipRescale = false; };  //  96   75 KB
 template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1; static constexpr bool kSkipRescale = false; };  // 128   99 KB
 
-// On Hopper (sm_90: H100, H200) a block may take 227 KB of shared memory and two ~100 KB CTAs still share an SM,
-// so D=128 takes 64 keys per tile and D=64 128, both double-buffered. Measured by the tile harness on the H200
-// (docs/perf-log.md): D=128 +9% over the table's row; D=64 +8-10% at S=4096, -9% at S=512 causal. An RTX (99 KB)
-// cannot run D=128's row and an A100 would fit one CTA per SM. Rows here need their head dim in `hopper_rows`
-// of cmake/cuda_instantiations.cmake.
+// On Hopper (sm_90: H100, H200) a block may take 227 KB of shared memory, so D=128 takes 64 keys per tile and
+// D=64 128 keys, double-buffered. Measured by the tile harness on the H200 (docs/perf-log.md): D=128 +9% over the
+// table's row; D=64 +8-10% at S=4096, -9% at S=512 causal. D=128 then went to one stage (v9): +3-5% at S <= 2048,
+// +1% causal at every length, -1% at S >= 8192 full (the registers hold two CTAs per SM either way; with 68 KB
+// per CTA instead of 102 the L1 keeps more of the 100-odd bytes the row spills). An RTX (99 KB) cannot run
+// these rows. Rows here need their head dim in `hopper_rows` of cmake/cuda_instantiations.cmake.
 template <int kHeadDim>
 struct FwdConfigHopper : FwdConfig<kHeadDim> {};
 //                            kHeadDim      kBlockN    kNWarps      kMSlices      kStages    smem (bf16)
 template <> struct FwdConfigHopper<64>  { static constexpr int kBlockN = 128, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true; };  //  90 KB
-template <> struct FwdConfigHopper<128> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true; };   // 102 KB
+template <> struct FwdConfigHopper<128> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 1; static constexpr bool kSkipRescale = true; };   //  68 KB
 
 // Everything derived from a row of the table, with the checks that keep a new row honest. Config defaults to
 // the table's row; bench/kernels/ passes others to measure alternatives.

@@ -1,8 +1,8 @@
 // The sm90 forward kernel (H100, H200): the FlashAttention-2 schedule on Hopper's machinery.
-//   - persistent (fwd_config.hpp): one CTA per SM walks the tiles (query block of 128 rows, batch x head) blockIdx.x,
-//     blockIdx.x + gridDim.x, ...; tiles run head by head, heavy causal blocks first within a head (the CTAs
-//     at work at one time share a few heads' K and V in L2), and the round robin spreads the heavy and light
-//     causal blocks evenly. A CTA's producer loads the next tile's Q and first K/V tiles while its consumers
+//   - persistent (fwd_config.hpp): one CTA per SM walks the tiles (query block of 128 rows, batch x head) in
+//     rounds of gridDim.x, snaking (for_each_tile); tiles run head by head when every tile has the same work
+//     (the CTAs at work at one time share a few heads' K and V in L2), longest first under a mask (CtaBlock).
+//     A CTA's producer loads the next tile's Q (into a second buffer) and first K/V tiles while its consumers
 //     finish the current one, so a tile's prologue and epilogue overlap its neighbours' (a fresh CTA per
 //     tile would expose them: one CTA fills an SM's registers);
 //   - warp specialization: warpgroup 0 is the producer. It gives its registers away (setmaxnreg) and one
@@ -15,7 +15,7 @@
 //   - masks (causal, sliding window, the sequence end) only on tiles that need them; softcap before the mask;
 //     tiles the mask hides entirely are never loaded.
 // Shared memory (T = bf16 or fp16), rows of the head dim swizzled (128-byte swizzle, 64-byte for D = 96):
-//   sQ (128 x kHeadDim), sK [kStages] (kBlockN x kHeadDim), sV [kStages] (kBlockN x kHeadDim, read transposed
+//   sQ [kQStages] (128 x kHeadDim), sK [kStages] (kBlockN x kHeadDim), sV [kStages] (kBlockN x kHeadDim, read transposed
 //   as kHeadDim x kBlockN: MN-major for P V's B operand)
 // Registers per consumer thread: S (64 x kBlockN) kBlockN / 2 floats, O (64 x kHeadDim) kHeadDim / 2 floats.
 #pragma once
@@ -45,6 +45,9 @@ struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = FwdConfig<kHeadDim>::kBlockN, kStages = FwdConfig<kHeadDim>::kStages;
   static constexpr bool kPersistent = FwdConfig<kHeadDim>::kPersistent;
+  // A persistent CTA double-buffers Q, so the next tile's Q loads while the current tile runs; a CTA of one tile
+  // has one.
+  static constexpr int kQStages = kPersistent ? 2 : 1;
   static constexpr int kConsumers = 2, kBlockM = 64 * kConsumers, kThreads = 128 * (kConsumers + 1);
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "swizzle atoms span 32 or 64 columns; P V steps 16 keys");
 
@@ -57,6 +60,8 @@ struct FwdTraits {
   using D = cute::Int<kHeadDim>;
   using S = cute::Int<kStages>;
   using SmemLayoutQ = decltype(cute::tile_to_shape(SwizzleAtom{}, cute::Shape<M, D>{}));
+  using SmemLayoutQStages =
+      decltype(cute::tile_to_shape(SwizzleAtom{}, cute::Shape<M, D, cute::Int<kQStages>>{}));
   using SmemLayoutKV = decltype(cute::tile_to_shape(SwizzleAtom{}, cute::Shape<N, D, S>{}));
   using SmemLayoutVt = decltype(cute::composition(
       SmemLayoutKV{}, cute::make_ordered_layout(cute::Shape<D, N, S>{}, cute::Step<cute::_2, cute::_1, cute::_3>{})));
@@ -83,11 +88,13 @@ struct FwdTraits {
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
 
   struct SharedStorage {
-    alignas(1024) T q[cute::cosize_v<SmemLayoutQ>];
+    alignas(1024) T q[cute::cosize_v<SmemLayoutQStages>];
     alignas(1024) T k[cute::cosize_v<SmemLayoutKV>];
     alignas(1024) T v[cute::cosize_v<SmemLayoutKV>];
-    alignas(16) uint64_t q_full;  // mbarrier: the tile's Q has landed (phase = the CTA's tile count, mod 2)
-    uint64_t q_empty;             // mbarrier: every consumer thread is done reading the tile's Q
+    // mbarriers per Q buffer: its tile's Q has landed; every consumer thread is done reading it. A CTA's tile
+    // number i uses buffer i % kQStages, in phase (i / kQStages) % 2.
+    alignas(16) uint64_t q_full[kQStages];
+    uint64_t q_empty[kQStages];
     typename Pipeline::SharedStorage pipeline_k, pipeline_v;
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
@@ -96,18 +103,26 @@ struct FwdTraits {
     TmaQ tma_q;
     TmaKV tma_k, tma_v;
     FwdKernelParams f;
+    bool heavy_first;  // tiles numbered query block first, heaviest first (CtaBlock::make)
   };
 };
 
-// A work tile: query block (heavy causal blocks first within a head), batch, head, and the K/V tiles its rows
-// see. Tiles are numbered 0 .. m_blocks * batch * heads_q - 1, head by head.
+// A work tile: query block, batch, head, and the K/V tiles its rows see. Tiles are numbered 0 .. m_blocks *
+// batch * heads_q - 1, the last query block first: head by head (every tile the same work: the CTAs at work at
+// one time share a few heads' K and V in L2), or with heavy_first (a mask bounds the keys, so the last query
+// blocks have the most) the last blocks of every head, then the next, ...: longest first, so the short tiles
+// fill the end.
 struct CtaBlock {
   int row0, b, h, hk, n_first, n_last;  // K/V tiles [n_first, n_last]; none when n_first > n_last
+  // The tile's (batch x head) index, b * heads_q + h.
+  __device__ static int bh_of(const FwdKernelParams& f, int tile, bool heavy_first) {
+    return heavy_first ? tile % (f.batch * f.heads_q) : tile / f.m_blocks;
+  }
   template <int kBlockM, int kBlockN>
-  __device__ static CtaBlock make(const FwdKernelParams& f, int tile) {
+  __device__ static CtaBlock make(const FwdKernelParams& f, int tile, bool heavy_first) {
     CtaBlock c;
-    const int m_block = f.m_blocks - 1 - tile % f.m_blocks;
-    const int bh = tile / f.m_blocks;
+    const int m_block = f.m_blocks - 1 - (heavy_first ? tile / (f.batch * f.heads_q) : tile % f.m_blocks);
+    const int bh = bh_of(f, tile, heavy_first);
     c.b = bh / f.heads_q, c.h = bh % f.heads_q, c.hk = c.h / f.group;
     c.row0 = m_block * kBlockM;
     const int row_last = min(c.row0 + kBlockM, f.seqlen_q) - 1;
@@ -267,7 +282,10 @@ struct Consumer {
       const int row = first_row + get<0>(tOcO(i)), col = get<1>(tOcO(i)), hr = (i / 2) % 2;
       if (row >= f.seqlen_q) continue;
       T* dst = o_head + row * f.o_stride[1] + col;
-      if (col < f.head_dim) dst[0] = T(tOrO(i) * inv[hr]), dst[1] = T(tOrO(i + 1) * inv[hr]);
+      if (col < f.head_dim) {  // columns col, col + 1 in one 4-byte store (head dims are multiples of 8)
+        const T pair[2] = {T(tOrO(i) * inv[hr]), T(tOrO(i + 1) * inv[hr])};
+        *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(pair);
+      }
       if (f.lse != nullptr && col == 0)  // the quad's first thread writes its rows' LSE
         f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] = lse[hr];
     }
@@ -287,13 +305,19 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const FwdKernelParams& f = p.f;
-  // The CTA's tiles, with their count so far (the phase of the Q barriers): blockIdx.x, + gridDim.x, ... when
-  // persistent, else blockIdx.x alone, compiled without the loop (it costs D = 256 registers it does not have).
+  // The CTA's tiles, with their count so far (which Q buffer, and its barriers' phase). Persistent: round r
+  // takes tile r * gridDim.x + blockIdx.x, the CTAs in reverse order on odd rounds (a snake, so that under
+  // heavy_first the CTA that took a round's heaviest tile takes the next round's lightest). Otherwise blockIdx.x
+  // alone, compiled without the loop (it costs D = 256 registers it does not have).
   auto for_each_tile = [&](auto&& work) {
     if constexpr (Traits::kPersistent) {
       const int n_tiles = f.m_blocks * f.batch * f.heads_q;
-      int iteration = 0;
-      for (int tile = blockIdx.x; tile < n_tiles; tile += gridDim.x, ++iteration) work(tile, iteration);
+      for (int round = 0;; ++round) {
+        const int slot = round % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
+        const int64_t tile = static_cast<int64_t>(round) * gridDim.x + slot;  // grows with the round
+        if (tile >= n_tiles) break;
+        work(static_cast<int>(tile), round);
+      }
     } else {
       work(static_cast<int>(blockIdx.x), 0);
     }
@@ -304,8 +328,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
     prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
-    cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full, 1);
-    cutlass::arch::ClusterBarrier::init(&smem.q_empty, Traits::kConsumers * 128);
+    for (int i = 0; i < Traits::kQStages; ++i) {
+      cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[i], 1);
+      cutlass::arch::ClusterBarrier::init(&smem.q_empty[i], Traits::kConsumers * 128);
+    }
   }
   typename Pipeline::Params pipe;
   pipe.role = warpgroup == 0 ? Pipeline::ThreadCategory::Producer : Pipeline::ThreadCategory::Consumer;
@@ -316,7 +342,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   Pipeline pipeline_v(smem.pipeline_v, pipe, Shape<_1, _1, _1>{});
   __syncthreads();  // barriers initialised before anyone waits on them
 
-  auto sQ = cute::make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQ{});
+  constexpr int kQStages = Traits::kQStages;
+  auto sQ = cute::make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQStages{});  // (M, D, Q buffer)
   auto sK = cute::make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{});
   auto sV = cute::make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{});
   if (warpgroup == 0) {  // producer
@@ -332,17 +359,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(T);
     auto state = cutlass::make_producer_start_state<Pipeline>();
     for_each_tile([&](int tile, int iteration) {
-      const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile);
+      const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, p.heavy_first);
+      const int qs = iteration % kQStages;
       auto gQ = local_tile(mQ(_, _, blk.h, blk.b), TileM{}, make_coord(blk.row0 / kBlockM, 0));  // (M, D)
       auto gK = local_tile(mK(_, _, blk.hk, blk.b), TileN{}, make_coord(_, 0));               // (N, D, n)
       auto gV = local_tile(mV(_, _, blk.hk, blk.b), TileN{}, make_coord(_, 0));
-      auto [tQg, tQs] = tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+      auto [tQg, tQs] =
+          tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ(_, _, qs)), group_modes<0, 2>(gQ));
       auto [tKg, tKs] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto [tVg, tVs] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-      // Q is reloaded once the consumers are done with the previous tile's (the K/V pipeline runs on ahead).
-      if (iteration > 0) cutlass::arch::ClusterBarrier::wait(&smem.q_empty, (iteration - 1) % 2);
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full, kQBytes);
-      copy(p.tma_q.with(smem.q_full), tQg, tQs);
+      // A Q buffer is refilled once the consumers are done with the tile before last's (the K/V pipeline runs
+      // on ahead).
+      if (iteration >= kQStages) cutlass::arch::ClusterBarrier::wait(&smem.q_empty[qs], (iteration / kQStages - 1) % 2);
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full[qs], kQBytes);
+      copy(p.tma_q.with(smem.q_full[qs]), tQg, tQs);
       for (int n = blk.n_first; n <= blk.n_last; ++n, ++state) {
         pipeline_k.producer_acquire(state);
         copy(p.tma_k.with(*pipeline_k.producer_get_barrier(state)), tKg(_, n), tKs(_, state.index()));
@@ -356,12 +386,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   cutlass::arch::warpgroup_reg_alloc<240>();
   const int consumer = warpgroup - 1;
   auto sVt = cute::make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
-  auto sQ_wg = local_tile(sQ, Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0));  // this warpgroup's rows
   cutlass::PipelineState<kStages> state_k, state_v;  // V's reads trail K's by one tile with kOverlap
   for_each_tile([&](int tile, int iteration) {
-    const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile);
+    const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, p.heavy_first);
     Consumer<Traits, kSoftcap> c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
-    cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full, iteration % 2);
+    const int qs = iteration % kQStages;
+    auto sQ_wg = local_tile(sQ(_, _, qs), Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0));  // this warpgroup's rows
+    cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[qs], (iteration / kQStages) % 2);
     float alpha[2];
     // One tile's product, issued and waited for, with its stage released: the steps that nothing overlaps.
     auto scores_now = [&] {
@@ -407,10 +438,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       }
       accumulate_now();
     }
-    cutlass::arch::ClusterBarrier::arrive(&smem.q_empty);  // no product of this tile reads Q any more
+    cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[qs]);  // no product of this tile reads this Q any more
     // The batch and head again from the tile number rather than kept live through the loop: at D = 256 the
     // registers are that tight.
-    const int bh = tile / f.m_blocks;
+    const int bh = CtaBlock::bh_of(f, tile, p.heavy_first);
     c.store(f, bh / f.heads_q, bh % f.heads_q);
   });
 #endif

@@ -41,6 +41,10 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   if (no_keys)
     for (int d = 0; d < 3; ++d) k_stride[d] = v_stride[d] = q_stride[d];
   const auto kv_layout = cute::take<0, 2>(typename Traits::SmemLayoutKV{});
+  // Tiles longest first where a mask bounds the keys (the last query blocks see the most); head by head where
+  // every tile has the same work (CtaBlock, fwd_kernel.cuh).
+  const int64_t unbounded = static_cast<int64_t>(f.seqlen_q) + f.seqlen_k;
+  const bool uniform_work = f.window_left >= unbounded && f.window_right >= unbounded;
   const typename Traits::Params p{
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                           Traits::gmem_tensor(f.q, f.seqlen_q, f.head_dim, f.heads_q, f.batch, q_stride),
@@ -49,23 +53,20 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
                           Traits::gmem_tensor(k_data, kv_rows, f.head_dim, heads_kv, f.batch, k_stride), kv_layout),
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                           Traits::gmem_tensor(v_data, kv_rows, f.head_dim, heads_kv, f.batch, v_stride), kv_layout),
-      f};
+      f, !uniform_work};
   auto kernel = f.softcap > 0 ? fwd_kernel<Traits, true, kOverlap> : fwd_kernel<Traits, false, kOverlap>;
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
       err != cudaSuccess)
     return err;
-  // Persistent: one CTA per SM (the kernel's registers allow no more), each walking the tiles (query block,
-  // batch x head) blockIdx.x, + gridDim.x, ... (fwd_kernel.cuh); otherwise a CTA per tile. Only where every tile
-  // has the same work (no mask bounds the keys): under a causal mask the static round robin gave some CTAs three
-  // times the work of others (132 CTAs step 4 query blocks a round through 128-block heads) and measured 24%
-  // slower at D = 128, S = 16k (docs/perf-log.md, sm90 v2), where the hardware's own scheduling of a CTA per
-  // tile balances the load. The kernel runs either grid: its loop simply ends after one tile.
-  const int64_t unbounded = static_cast<int64_t>(f.seqlen_q) + f.seqlen_k;
-  const bool uniform_work = f.window_left >= unbounded && f.window_right >= unbounded;
+  // Persistent: one CTA per SM (the kernel's registers allow no more), each walking its share of the tiles in
+  // rounds (fwd_kernel.cuh, for_each_tile); otherwise a CTA per tile, in the same order, which the hardware
+  // hands out in turn. Under a causal mask the persistent grid once measured 24% slower at D = 128, S = 16k
+  // (docs/perf-log.md, sm90 v2): tiles went head by head, so each CTA's tiles sat in one band of a head's
+  // blocks; heavy_first with the snake order gives every CTA about the same work.
   const int64_t tiles = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
   if (tiles > INT32_MAX) return cudaErrorInvalidValue;  // tile numbers are ints (2^31 tiles of 128 rows)
   int64_t ctas = tiles;
-  if (Traits::kPersistent && uniform_work) {
+  if (Traits::kPersistent) {
     int device = 0, sms = 0;
     if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
     if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
