@@ -86,11 +86,12 @@ void sweep(const Problem& pr, const char* const* names) {
 
 int main() {
   // The tile rows were chosen by earlier sweeps of this harness (docs/perf-log.md, bench/results/...-sm80-tiles,
-  // ...-sm80-fwd-short). The last one moved D = 128's Hopper row to one K/V stage; this run keeps that A/B
-  // against the two-stage row it replaced, over grid A's sequence lengths.
-  static const char* const names[] = {"N64 2 stages (v8 row)"};
+  // ...-sm80-fwd-short). D = 128's Hopper row moved to one K/V stage (v9); this run measures D = 256, whose
+  // S = 512 full row is the last of grid A below FA2 (0.98-0.99x), against rows with other CTA shapes.
+  static const char* const names[] = {"8 warps M128 N64 1 stage", "N32 2 stages", "N32 1 stage"};
   for (bool causal : {false, true})
-    for (int s : {512, 1024, 2048, 4096, 8192, 16384})
-      sweep<128, Row<64, 4, 2, 2>>({16384 / s, s, 16, 128, causal}, names);
+    for (int s : {512, 2048, 16384})
+      sweep<256, Row<64, 8, 1, 1, false>, Row<32, 4, 1, 2, false>, Row<32, 4, 1, 1, false>>(
+          {16384 / s, s, 8, 256, causal}, names);
   return 0;
 }
