@@ -1,9 +1,10 @@
 // Development harness for the Hopper forward (issue 6): the library's sm90 kernel (src/backends/cuda/sm90: TMA
-// producer warpgroup, two consumer warpgroups on wgmma, softmax overlapped with the previous tile's P V), the
-// same kernel without the overlap, and a step-0 variant without TMA or a producer (the same consumer math fed by
-// cp.async from every thread), each checked against the library's sm80 kernel on the same inputs and timed
-// beside it. A wrong layout shows as DIFFER; the columns say what TMA with a producer warpgroup, and then the
-// overlap, buy. Head dim 128, bf16, full or causal attention.
+// producer warpgroup, two consumer warpgroups on wgmma) under its three schedules (fwd_config.hpp: serial;
+// softmax overlapped with the previous tile's P V, the library's; that plus ping-pong between the warpgroups),
+// and a step-0 variant without TMA or a producer (the same consumer math fed by cp.async from every thread),
+// each checked against the library's sm80 kernel on the same inputs and timed beside it. A wrong layout shows as
+// DIFFER; the columns say what TMA with a producer warpgroup, the overlap and the ping-pong buy. Head dim 128,
+// bf16, full or causal attention.
 //
 // Not part of the library. Build here (CUTLASS headers from the pinned nvidia-cutlass wheel in .deps/):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude \
@@ -125,12 +126,12 @@ void run(int batch, int seqlen, int heads, bool causal) {
   constexpr int D = h::kHeadDim;
   const size_t n = size_t(batch) * seqlen * heads * D;
   const std::vector<uint16_t> host = harness::bf16_inputs(n, 2024);
-  void *q, *k, *v, *o0, *o1, *o2, *o80;
+  void *q, *k, *v, *o0, *o1, *o2, *o3, *o80;
   float* lse;
-  for (void** ptr : {&q, &k, &v, &o0, &o1, &o2, &o80}) CHECK(cudaMalloc(ptr, n * 2));
+  for (void** ptr : {&q, &k, &v, &o0, &o1, &o2, &o3, &o80}) CHECK(cudaMalloc(ptr, n * 2));
   CHECK(cudaMalloc(&lse, size_t(batch) * heads * seqlen * 4));
   for (void* ptr : {q, k, v}) CHECK(cudaMemcpy(ptr, host.data(), n * 2, cudaMemcpyHostToDevice));
-  for (void* ptr : {o0, o1, o2, o80}) CHECK(cudaMemset(ptr, 0xff, n * 2));  // NaN: unwritten outputs show
+  for (void* ptr : {o0, o1, o2, o3, o80}) CHECK(cudaMemset(ptr, 0xff, n * 2));  // NaN: unwritten outputs show
 
   FwdKernelParams f = harness::bshd_params(q, k, v, o0, lse, batch, seqlen, heads, D, causal, h::kBlockM);
   const int smem0 = sizeof(h::SharedStorage0);
@@ -139,9 +140,11 @@ void run(int batch, int seqlen, int heads, bool causal) {
   const float ms0 = harness::median_ms([&] { h::fwd_wgmma_kernel<<<blocks, h::kThreads0, smem0>>>(f); });
 
   f.o = o1;
-  const float ms1 = harness::median_ms([&] { CHECK((sm90::launch_fwd<__nv_bfloat16, D, false>(f, nullptr))); });
+  const float ms1 = harness::median_ms([&] { CHECK((sm90::launch_fwd<__nv_bfloat16, D, sm90::kSerial>(f, nullptr))); });
   f.o = o2;
-  const float ms2 = harness::median_ms([&] { CHECK((sm90::launch_fwd<__nv_bfloat16, D, true>(f, nullptr))); });
+  const float ms2 = harness::median_ms([&] { CHECK((sm90::launch_fwd<__nv_bfloat16, D, sm90::kOverlap>(f, nullptr))); });
+  f.o = o3;
+  const float ms3 = harness::median_ms([&] { CHECK((sm90::launch_fwd<__nv_bfloat16, D, sm90::kPingPong>(f, nullptr))); });
 
   using Traits80 = sm80::FwdTraits<D, sm80::FwdConfigHopper<D>>;
   f.o = o80, f.m_blocks = (seqlen + Traits80::kBlockM - 1) / Traits80::kBlockM;
@@ -154,16 +157,16 @@ void run(int batch, int seqlen, int heads, bool causal) {
   const double flops = 4.0 * batch * heads * double(seqlen) * seqlen * D / (causal ? 2 : 1);
   std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 %7.3f ms %6.1f TFLOP/s", batch, heads, seqlen, D,
               causal ? "causal" : "full", ms80, flops / ms80 / 1e9);
-  const char* names[] = {"step 0 (cp.async)", "sm90 without overlap", "sm90 (library)"};
-  const float times[] = {ms0, ms1, ms2};
-  const void* outs[] = {o0, o1, o2};
-  for (int i = 0; i < 3; ++i) {
+  const char* names[] = {"step 0 (cp.async)", "sm90 serial", "sm90 overlap (library)", "sm90 ping-pong"};
+  const float times[] = {ms0, ms1, ms2, ms3};
+  const void* outs[] = {o0, o1, o2, o3};
+  for (int i = 0; i < 4; ++i) {
     const Agreement a = compare(outs[i], o80, n);
     std::printf(" | %s %7.3f ms %6.1f TFLOP/s %s (max |diff| %.4f of %.3f, %zu non-finite)", names[i], times[i],
                 flops / times[i] / 1e9, a.ok() ? "AGREE" : "DIFFER", a.worst, a.scale, a.non_finite);
   }
   std::printf("\n");
-  for (void* ptr : {q, k, v, o0, o1, o2, o80}) CHECK(cudaFree(ptr));
+  for (void* ptr : {q, k, v, o0, o1, o2, o3, o80}) CHECK(cudaFree(ptr));
   CHECK(cudaFree(lse));
 }
 

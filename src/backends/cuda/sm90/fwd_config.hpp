@@ -7,6 +7,11 @@
 
 namespace flashtile::cuda::sm90 {
 
+// How a consumer warpgroup orders its products and softmax (fwd_kernel.cuh): in turn; each tile's softmax under
+// the previous tile's P V (overlap); and, on top of that, the two consumer warpgroups taking turns at issuing
+// their products, so one's softmax runs while the other's products use the tensor cores (ping-pong).
+enum Schedule : int { kSerial = 0, kOverlap = 1, kPingPong = 2 };
+
 // kPersistent: one CTA per SM walking many tiles, so that a tile's prologue (Q and the first K/V loads) and
 // epilogue (O's stores) overlap its neighbours': the next tile's Q loads into a second buffer meanwhile. Its loop keeps a few more values live through the main loop,
 // which spills at D = 192 (softcap) and D = 256, so those launch a CTA per tile (the same kernel, whose loop

@@ -11,7 +11,8 @@
 //   - warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T on wgmma from shared memory, the online
 //     softmax in registers (exp2, the scale folded into one FMA, the rescale of O when the max moves and one
 //     division per row at the end), then O += P V on wgmma with P taken from registers. Each tile's scores are
-//     issued before the previous tile's P V, so its softmax runs while the tensor cores work (kOverlap);
+//     issued before the previous tile's P V, so its softmax runs while the tensor cores work (kOverlap; the
+//     harness also measures kPingPong, the two warpgroups taking turns at issuing their products);
 //   - masks (causal, sliding window, the sequence end) only on tiles that need them; softcap before the mask;
 //     tiles the mask hides entirely are never loaded.
 // Shared memory (T = bf16 or fp16), rows of the head dim swizzled (128-byte swizzle, 64-byte for D = 96):
@@ -161,7 +162,7 @@ struct Consumer {
   }
 
   // The products are issued asynchronously (wgmma) and waited for separately, so the kernel can overlap one
-  // tile's softmax with the tensor cores' work on its neighbours (fwd_kernel's kOverlap).
+  // tile's softmax with the tensor cores' work on its neighbours (fwd_kernel's Schedule).
 
   // Issues S = Q K^T, both operands from shared memory; S is overwritten once it completes.
   template <class SmemQ, class SmemK>
@@ -292,9 +293,9 @@ struct Consumer {
   }
 };
 
-// kOverlap: each tile's softmax runs while the tensor cores work on the previous tile's P V (the library's
-// choice); without it the products and the softmax take turns (kept to measure what the overlap buys).
-template <typename Traits, bool kSoftcap, bool kOverlap>
+// kSchedule (fwd_config.hpp): kOverlap is the library's; the harness also times kSerial and kPingPong (which
+// measured slower on top of the overlap: docs/perf-log.md, sm90 v4).
+template <typename Traits, bool kSoftcap, int kSchedule>
 __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_constant__ typename Traits::Params p) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace cute;  // flashtile::Tensor / make_tensor are spelled cute:: where both are visible
@@ -386,7 +387,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   cutlass::arch::warpgroup_reg_alloc<240>();
   const int consumer = warpgroup - 1;
   auto sVt = cute::make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
-  cutlass::PipelineState<kStages> state_k, state_v;  // V's reads trail K's by one tile with kOverlap
+  cutlass::PipelineState<kStages> state_k, state_v;  // V's reads trail K's by one tile when overlapped
+  // Ping-pong: before issuing products a warpgroup waits at its own named barrier (ids 1 and 2; 0 is
+  // __syncthreads), which completes once the other warpgroup has arrived there, i.e. has issued its products;
+  // after issuing it arrives at the other's. Warpgroup 1 arrives once up front, so warpgroup 0 goes first. Both
+  // issue the same number of times per tile (the same K/V tiles), so the turns stay paired.
+  constexpr bool kPingPong = kSchedule == Schedule::kPingPong;
+  constexpr int kTurnThreads = 2 * 128;
+  auto my_turn = [&] {
+    if constexpr (kPingPong) asm volatile("bar.sync %0, %1;\n" ::"r"(1 + consumer), "n"(kTurnThreads));
+  };
+  auto their_turn = [&] {
+    if constexpr (kPingPong) asm volatile("bar.arrive %0, %1;\n" ::"r"(2 - consumer), "n"(kTurnThreads));
+  };
+  if (consumer == 1) their_turn();
   for_each_tile([&](int tile, int iteration) {
     const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, p.heavy_first);
     Consumer<Traits, kSoftcap> c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
@@ -397,19 +411,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     // One tile's product, issued and waited for, with its stage released: the steps that nothing overlaps.
     auto scores_now = [&] {
       pipeline_k.consumer_wait(state_k);
+      my_turn();
       c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
+      their_turn();
       c.template wait<0>();
       pipeline_k.consumer_release(state_k);
       ++state_k;
     };
     auto accumulate_now = [&] {
       pipeline_v.consumer_wait(state_v);
+      my_turn();
       c.issue_accumulate(sVt(_, _, state_v.index()));
+      their_turn();
       c.template wait<0>();
       pipeline_v.consumer_release(state_v);
       ++state_v;
     };
-    if constexpr (!kOverlap) {  // each tile's products and softmax in turn
+    if constexpr (kSchedule == Schedule::kSerial) {  // each tile's products and softmax in turn
       for (int n = blk.n_first; n <= blk.n_last; ++n) {
         scores_now();
         c.softmax_tile(n * kBlockN, f, alpha);
@@ -425,9 +443,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       c.make_p();
       for (int n = blk.n_first + 1; n <= blk.n_last; ++n, ++state_k, ++state_v) {
         pipeline_k.consumer_wait(state_k);
-        c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
         pipeline_v.consumer_wait(state_v);
+        my_turn();
+        c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
         c.issue_accumulate(sVt(_, _, state_v.index()));
+        their_turn();
         c.template wait<1>();  // S(n) is done; P V(n - 1) may still run
         pipeline_k.consumer_release(state_k);
         c.softmax_tile(n * kBlockN, f, alpha);

@@ -23,7 +23,7 @@ inline void tma_safe_strides(const int64_t (&in)[3], int batch, int seqlen, int 
   for (int d = 0; d < 3; ++d) out[d] = extent[d] > 1 ? in[d] : 8;
 }
 
-template <typename T, int kHeadDim, bool kOverlap>
+template <typename T, int kHeadDim, int kSchedule>
 cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   using Element = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, cutlass::bfloat16_t, cutlass::half_t>;
   using Traits = FwdTraits<Element, kHeadDim>;
@@ -54,7 +54,7 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                           Traits::gmem_tensor(v_data, kv_rows, f.head_dim, heads_kv, f.batch, v_stride), kv_layout),
       f, !uniform_work};
-  auto kernel = f.softcap > 0 ? fwd_kernel<Traits, true, kOverlap> : fwd_kernel<Traits, false, kOverlap>;
+  auto kernel = f.softcap > 0 ? fwd_kernel<Traits, true, kSchedule> : fwd_kernel<Traits, false, kSchedule>;
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
       err != cudaSuccess)
     return err;

@@ -4,13 +4,14 @@
 #include <cuda_runtime.h>
 
 #include "backends/cuda/fwd_kernel_info.hpp"
+#include "backends/cuda/sm90/fwd_config.hpp"
 #include "flashtile/flashtile.hpp"
 
 namespace flashtile::cuda::sm90 {
 
-// Defined in fwd_launch.cuh; explicitly instantiated once per generated translation unit (with kOverlap, the
-// library's choice; the Hopper harness also instantiates the variant without, to measure the difference).
-template <typename T, int kHeadDim, bool kOverlap = true>
+// Defined in fwd_launch.cuh; explicitly instantiated once per generated translation unit (with the library's
+// Schedule (fwd_config.hpp); the Hopper harness also instantiates the others, to measure what each step buys).
+template <typename T, int kHeadDim, int kSchedule = kOverlap>
 cudaError_t launch_fwd(const FwdKernelParams& params, cudaStream_t stream);
 
 using cuda::FwdKernelInfo;
