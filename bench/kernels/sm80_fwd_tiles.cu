@@ -22,12 +22,6 @@ struct Problem {
   bool causal;
 };
 
-// The table's row with its rescale skip flipped (fwd_config.hpp, kSkipRescale).
-template <typename Config>
-struct FlipSkip : Config {
-  static constexpr bool kSkipRescale = !Config::kSkipRescale;
-};
-
 // Any other row, field by field as in fwd_config.hpp.
 template <int kBlockN_, int kNWarps_, int kMSlices_, int kStages_, bool kSkipRescale_ = true>
 struct Row {

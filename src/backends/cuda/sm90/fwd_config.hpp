@@ -13,9 +13,9 @@ namespace flashtile::cuda::sm90 {
 enum Schedule : int { kSerial = 0, kOverlap = 1, kPingPong = 2 };
 
 // kPersistent: one CTA per SM walking many tiles, so that a tile's prologue (Q and the first K/V loads) and
-// epilogue (O's stores) overlap its neighbours': the next tile's Q loads into a second buffer meanwhile. Its loop keeps a few more values live through the main loop,
-// which spills at D = 192 (softcap) and D = 256, so those launch a CTA per tile (the same kernel, whose loop
-// then runs once).
+// epilogue (O's stores) overlap its neighbours': the next tile's Q loads into a second buffer meanwhile. Its
+// loop keeps a few more values live through the main loop, which spills at D = 192 (softcap) and D = 256, so
+// those launch a CTA per tile (the same kernel, whose loop then runs once).
 template <int kHeadDim>
 struct FwdConfig;
 //                     kHeadDim      kBlockN    kStages    kPersistent                            S + O regs    smem

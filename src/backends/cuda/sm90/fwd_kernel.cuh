@@ -284,7 +284,7 @@ struct Consumer {
       if (row >= f.seqlen_q) continue;
       T* dst = o_head + row * f.o_stride[1] + col;
       if (col < f.head_dim) {  // columns col, col + 1 in one 4-byte store (head dims are multiples of 8)
-        const T pair[2] = {T(tOrO(i) * inv[hr]), T(tOrO(i + 1) * inv[hr])};
+        alignas(4) const T pair[2] = {T(tOrO(i) * inv[hr]), T(tOrO(i + 1) * inv[hr])};
         *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(pair);
       }
       if (f.lse != nullptr && col == 0)  // the quad's first thread writes its rows' LSE
@@ -392,13 +392,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   // __syncthreads), which completes once the other warpgroup has arrived there, i.e. has issued its products;
   // after issuing it arrives at the other's. Warpgroup 1 arrives once up front, so warpgroup 0 goes first. Both
   // issue the same number of times per tile (the same K/V tiles), so the turns stay paired.
-  constexpr bool kPingPong = kSchedule == Schedule::kPingPong;
+  constexpr bool kTakeTurns = kSchedule == Schedule::kPingPong;
   constexpr int kTurnThreads = 2 * 128;
   auto my_turn = [&] {
-    if constexpr (kPingPong) asm volatile("bar.sync %0, %1;\n" ::"r"(1 + consumer), "n"(kTurnThreads));
+    if constexpr (kTakeTurns) asm volatile("bar.sync %0, %1;\n" ::"r"(1 + consumer), "n"(kTurnThreads));
   };
   auto their_turn = [&] {
-    if constexpr (kPingPong) asm volatile("bar.arrive %0, %1;\n" ::"r"(2 - consumer), "n"(kTurnThreads));
+    if constexpr (kTakeTurns) asm volatile("bar.arrive %0, %1;\n" ::"r"(2 - consumer), "n"(kTurnThreads));
   };
   if (consumer == 1) their_turn();
   for_each_tile([&](int tile, int iteration) {
