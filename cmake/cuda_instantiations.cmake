@@ -59,12 +59,12 @@ function(flashtile_cuda_instantiations out_var)
         list(APPEND sm90_sources ${file})
         string(APPEND sm90_entries "    {${enum_${dt}}, ${hd}, &launch_fwd<${cpp_type_${dt}}, ${hd}>, 128, FwdTraits<${sm90_type_${dt}}, ${hd}>::kSmemBytes},\n")
       endif()
-      # The backward, for every head dim (above 128 a CTA takes half the columns: bwd_config.hpp).
+      # The backward, for every head dim (bwd_config.hpp).
       # FLASHTILE_CUDA_BACKWARD=OFF leaves it out.
       if(FLASHTILE_CUDA_BACKWARD)
         flashtile_generated_tu(bwd_sm80_${dt}_hdim${hd} sm80/bwd_launch.cuh sm80
           "launch_bwd<${cpp_type_${dt}}, ${hd}>(const BwdKernelParams&, cudaStream_t)")
-        string(APPEND bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, BwdTraits<${hd}>::kBlockM, BwdTraits<${hd}>::kBlockM, bwd_smem_bytes<BwdTraits<${hd}>>(1)},\n")
+        string(APPEND bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, BwdDqTraits<${hd}>::kBlockM, BwdDkdvTraits<${hd}>::kBlockN, bwd_min_smem_bytes<${hd}>()},\n")
       endif()
     endforeach()
   endforeach()

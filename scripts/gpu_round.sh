@@ -5,7 +5,8 @@
 #   3. `flashtile run` on the best backend present, verified against the oracle;
 #   4. `flashtile bench --grid C` on all CPU cores (FA2 and FA1 schedules);
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
-#   6. grid A forward and backward on the GPU (bf16, fp16), benchAfwd: the forward alone, benchAdet: the backward's deterministic mode; peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
+#   6. grid A forward and backward on the GPU (bf16, fp16), benchAfwd: the forward alone, benchAbwd: the
+#      backward alone (sm80, default mode), benchAdet: the backward's deterministic mode; peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
 #   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper harness);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
@@ -157,6 +158,11 @@ if want benchAfwd; then  # the forward alone, both GPU families, both dtypes (sh
   echo "== flashtile bench --grid A (GPU, forward)"
   timeout 300 $bin bench --grid A --backends cuda-sm80,cuda-sm90 --dtype bf16,fp16 --repeats 10 --verify-rows 2 \
     --out "$out/flashtile-grid-A-fwd.jsonl" 2>/dev/null | tail -3 || status=1
+fi
+if want benchAbwd; then  # the backward's default mode alone (sm80 kernels), both dtypes
+  echo "== flashtile bench --grid A --backward (GPU, sm80, bf16 and fp16)"
+  timeout 300 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --backward --repeats 10 --verify-rows 2 \
+    --out "$out/flashtile-grid-A-bwd.jsonl" 2>/dev/null | tail -30 || status=1
 fi
 if want benchAdet; then  # the backward's deterministic mode on grid A, to set against benchA's default mode
   echo "== flashtile bench --grid A --backward --deterministic (GPU, bf16)"

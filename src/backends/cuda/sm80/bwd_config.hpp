@@ -1,7 +1,19 @@
-// Tile sizes of the sm80 backward (bwd_kernels.cuh): 64 x 64 tiles, four warps of 16 rows. The dK/dV kernel
-// keeps both accumulators in registers, kOutCols of them per thread: above a head dim of 128 that does not fit,
-// so each CTA accumulates one half of the head dim's columns (kColSplits CTAs per key block; S and dP, which
-// need every column, are computed by both halves).
+// Tile sizes of the sm80 backward (bwd_kernels.cuh).
+//
+// The dK/dV kernel (BwdDkdvConfig), FlashAttention-2's layout: a CTA of eight warps owns kBlockN keys and walks
+// the query rows kBlockM at a time. Each of a step's products splits the eight warps its own way:
+//   S, dP   (kBlockM queries x kBlockN keys):  kSdpWarpsM along queries x the rest along keys
+//   dK, dV  (kBlockN keys x head dim):          kKvWarpsN along keys x the rest along the columns
+//   dQ      (kBlockM queries x head dim):       kDqWarpsM along queries x the rest along the columns
+// P and dS go through shared memory in between, so every product reads both operands from there (warp_mma.cuh)
+// with near-square warp tiles: 32 x 32 for S and dP at D <= 128. dK and dV stay in registers for the whole
+// loop: kBlockN x kHeadDim x 2 / 256 floats per thread, 128 at D = 128 (kBlockN 128) and D = 256 (kBlockN 64).
+// With 128 keys per CTA the dQ reductions per FLOP are half those of a 64-key CTA (docs/perf-log.md, sm80
+// backward v1: the reductions, not the products, set v1's pace).
+//
+// The deterministic mode's dQ kernel (BwdDqTiles): one CTA per 64 query rows, four warps of 16 rows, steps of
+// 64 keys, the forward's tile pieces. Above a head dim of 128 each CTA accumulates half the columns
+// (kColSplits CTAs per query block; S and dP, which need every column, are computed by both).
 #pragma once
 
 #include "backends/cuda/sm80/fwd_config.hpp"
@@ -9,23 +21,66 @@
 namespace flashtile::cuda::sm80 {
 
 template <int kHeadDim>
-struct BwdTiles {
+struct BwdDkdvConfig;
+//                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM   smem, 1 / 2 step buffers (bf16)
+template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; };  // 142 / 179 KB
+template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; };  // 113 / 139 KB
+template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; };  // 137 / 171 KB
+template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 119 / 169 KB
+template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 151 / 217 KB
+
+// Everything derived from a row, with the checks that keep a new row honest.
+template <int kHeadDim_, typename Config = BwdDkdvConfig<kHeadDim_>>
+struct BwdDkdvTraits : Config {
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kNWarps = 8, kThreads = kNWarps * 32;
+  static constexpr int kRowStride = kHeadDim + 8;          // Q, dO, K, V rows, padded by 16 bytes (ldmatrix banks)
+  static constexpr int kPStride = Config::kBlockN + 8;     // P and dS rows, likewise
+  // Warp tiles of the three product shapes (rows x columns).
+  static constexpr int kSdpRows = Config::kBlockM / Config::kSdpWarpsM;
+  static constexpr int kSdpCols = Config::kBlockN / (kNWarps / Config::kSdpWarpsM);
+  static constexpr int kKvRows = Config::kBlockN / Config::kKvWarpsN;
+  static constexpr int kKvCols = kHeadDim / (kNWarps / Config::kKvWarpsN);
+  static constexpr int kDqRows = Config::kBlockM / Config::kDqWarpsM;
+  static constexpr int kDqCols = kHeadDim / (kNWarps / Config::kDqWarpsM);
+  static_assert(kNWarps % Config::kSdpWarpsM == 0 && kNWarps % Config::kKvWarpsN == 0 &&
+                    kNWarps % Config::kDqWarpsM == 0,
+                "each product's warp grid must use all eight warps");
+  static_assert(kSdpRows % 16 == 0 && kSdpCols % 16 == 0 && kKvRows % 16 == 0 && kKvCols % 16 == 0 &&
+                    kDqRows % 16 == 0 && kDqCols % 16 == 0,
+                "warp tiles are multiples of 16 in both directions (warp_mma)");
+  static_assert(kHeadDim % 16 == 0, "the MMA k-step is 16: head dims are padded to a multiple of 16");
+  static_assert(kKvRows * kKvCols * 2 / 32 <= 128, "dK and dV would not fit in registers");
+  // Shared memory: K and V (kBlockN rows each); per step buffer Q and dO (kBlockM rows each) and the rows' LSE
+  // and D (fp32); P and dS (kBlockM x kPStride each). Two buffers let the next step's loads overlap this one's
+  // products (BwdKernelParams::prefetch).
+  static constexpr int smem_bytes(int buffers) {
+    return (2 * Config::kBlockN + 2 * buffers * Config::kBlockM) * kRowStride * 2 +
+           2 * Config::kBlockM * kPStride * 2 + 2 * buffers * Config::kBlockM * 4;
+  }
+};
+
+template <int kHeadDim>
+struct BwdDqTiles {
   static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1;
   static constexpr int kOutCols = kHeadDim <= 128 ? kHeadDim : kHeadDim / 2;  // gradient columns per CTA
   static constexpr int kColSplits = kHeadDim / kOutCols;
-  static_assert(kOutCols % 16 == 0 && kOutCols <= 128, "a CTA's dK and dV columns must fit in registers");
+  static_assert(kOutCols % 16 == 0 && kOutCols <= 128, "a CTA's dQ columns must fit in registers");
 };
 template <int kHeadDim>
-using BwdTraits = FwdTraits<kHeadDim, BwdTiles<kHeadDim>>;
+using BwdDqTraits = FwdTraits<kHeadDim, BwdDqTiles<kHeadDim>>;
 
-// Shared memory of the dK/dV and dQ kernels (bwd_kernels.cuh): the two kBlockM-row tiles a CTA keeps (K and V,
-// or Q and dO), and per step buffer the two kBlockN-row tiles a step brings (Q and dO, or K and V), all of
-// 16-bit elements, plus the dK/dV kernel's per-column LSE and D in fp32. The default mode's dS^T reuses the Q
-// tile. Two buffers let the next step's loads overlap this one's products (BwdKernelParams::prefetch).
+// Shared memory of the dQ kernel: Q and dO (kBlockM rows), and per step buffer K and V (kBlockN rows).
 template <typename Traits>
-constexpr int bwd_smem_bytes(int buffers) {
-  return (2 * Traits::kBlockM + 2 * buffers * Traits::kBlockN) * Traits::kRowStride * 2 +
-         2 * buffers * Traits::kBlockN * 4;
+constexpr int bwd_dq_smem_bytes(int buffers) {
+  return (2 * Traits::kBlockM + 2 * buffers * Traits::kBlockN) * Traits::kRowStride * 2;
+}
+
+// The least shared memory a backward call needs (one step buffer), for the device check.
+template <int kHeadDim>
+constexpr int bwd_min_smem_bytes() {
+  const int dkdv = BwdDkdvTraits<kHeadDim>::smem_bytes(1), dq = bwd_dq_smem_bytes<BwdDqTraits<kHeadDim>>(1);
+  return dkdv > dq ? dkdv : dq;
 }
 
 }  // namespace flashtile::cuda::sm80

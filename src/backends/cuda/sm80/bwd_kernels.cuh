@@ -2,11 +2,11 @@
 //
 // Default (BackwardParams::deterministic = false), FlashAttention-2's five tile products:
 //   1. bwd_delta_kernel: D = rowsum(dO * O) per query row (fp32), the term every dS needs;
-//   2. bwd_dkdv_kernel<kAccumulateDq = true>: one CTA per (key block, batch, K/V head); warps split the keys;
-//      loops over the group's query heads and the query blocks that see the keys:
-//        S^T = K Q^T, P^T = exp(S^T - LSE), dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D) scale,
-//        dK += dS^T Q, and dQ += dS K added into an fp32 accumulator with atomics
-//        (P is recomputed from the saved LSE, never stored);
+//   2. bwd_dkdv_kernel<kAccumulateDq = true>: one CTA of eight warps per (key block, batch, K/V head); loops
+//      over the group's query heads and the query blocks that see the keys:
+//        S = Q K^T, P = exp(S - LSE), dP = dO V^T, dS = P (dP - D) scale  (P and dS to shared memory),
+//        dV += P^T dO, dK += dS^T Q, and dQ += dS K added into an fp32 accumulator with atomics
+//        (P is recomputed from the saved LSE, never stored in global memory);
 //   3. bwd_dq_convert_kernel: dQ = the accumulator, in the input dtype.
 // The atomics make dQ's rounding depend on the order the key blocks finish in.
 //
@@ -17,7 +17,7 @@
 // recomputing S and dP (seven tile products instead of five).
 //
 // Both main kernels prefetch a step's tiles while the previous step's products run, where shared memory allows
-// (run_steps, BwdKernelParams::prefetch; bwd_config.hpp, bwd_smem_bytes).
+// (run_steps, BwdKernelParams::prefetch; bwd_config.hpp).
 #pragma once
 
 #include <type_traits>
@@ -25,6 +25,7 @@
 #include "backends/cuda/bwd_kernel_params.hpp"
 #include "backends/cuda/sm80/bwd_config.hpp"
 #include "backends/cuda/sm80/fwd_tile.cuh"
+#include "backends/cuda/sm80/warp_mma.cuh"
 
 namespace flashtile::cuda::sm80 {
 
@@ -76,67 +77,6 @@ __device__ __forceinline__ float grad_score(float prob, float dp, float delta, f
   return ds;
 }
 
-// dQ += dS K for one step's kBlockN query rows, added into the fp32 accumulator with atomics (default mode).
-// dS^T arrives in this warp's registers (its 16 keys x kBlockN queries); it goes through shared memory so that
-// each warp can take 16 of the query rows against all kBlockM keys of the CTA, the A operand read transposed.
-//   sdS: kBlockM x (kBlockN + 8) of T, over the step's Q tile (its last reader, dK += dS^T Q, is done once the
-//   CTA passes the barrier below); sK: the CTA's keys; dq_head: the accumulator of this (batch, head), rows of
-//   head_dim floats. The CTA adds the kOutCols columns from col0 (bwd_config.hpp).
-template <typename Traits, typename T>
-__device__ __forceinline__ void accumulate_dq(const float (&ds_t)[1][Traits::kBlockN / 8][4], T* sdS, const T* sK,
-                                              float* dq_head, int row0, int col0, int seqlen_q, int head_dim) {
-  constexpr int kKeys = Traits::kBlockM, kQueries = Traits::kBlockN, kDsStride = kQueries + 8;
-  constexpr int kStride = Traits::kRowStride, kDB = Traits::kOutCols / 8;
-  static_assert(kQueries == Traits::kNWarps * 16, "each warp takes 16 of the step's query rows");
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int key = slice_row<Traits>(0) + g;  // this thread's dS^T rows: key and key + 8
-  static_assert(kKeys * kDsStride <= kQueries * kStride, "dS^T must fit in the Q tile it overwrites");
-  __syncthreads();  // every warp is done reading the Q tile
-#pragma unroll
-  for (int n = 0; n < kQueries / 8; ++n) {
-    *reinterpret_cast<uint32_t*>(sdS + key * kDsStride + n * 8 + 2 * t) = pack2<T>(ds_t[0][n][0], ds_t[0][n][1]);
-    *reinterpret_cast<uint32_t*>(sdS + (key + 8) * kDsStride + n * 8 + 2 * t) =
-        pack2<T>(ds_t[0][n][2], ds_t[0][n][3]);
-  }
-  __syncthreads();  // every warp's dS^T rows are in sdS
-
-  const int q0 = static_cast<int>(threadIdx.x / 32) * 16;  // this warp's query rows within the step
-  float acc[kDB][4] = {};
-#pragma unroll
-  for (int kk = 0; kk < kKeys / 16; ++kk) {
-    // A = dS (queries x keys) from sdS (keys x queries): matrix i of the x4 load is keys +8*(i/2), queries
-    // +8*(i%2), each transposed on the way, which is the A fragment's order (ptx.cuh).
-    uint32_t a[4];
-    const int mi = lane / 8;
-    ldmatrix_x4_trans(a, sdS + (kk * 16 + lane % 8 + (mi / 2) * 8) * kDsStride + q0 + (mi % 2) * 8);
-#pragma unroll
-    for (int d2 = 0; d2 < Traits::kOutCols / 16; ++d2) {
-      uint32_t kf[4];  // B = K (keys x head dim), keys down the rows: read as V is in tile_accumulate_pv
-      ldmatrix_x4_trans(kf, sK + (kk * 16 + lane % 16) * kStride + col0 + d2 * 16 + (lane / 16) * 8);
-      mma_16x8x16<T>(acc[2 * d2], a, kf[0], kf[1]);
-      mma_16x8x16<T>(acc[2 * d2 + 1], a, kf[2], kf[3]);
-    }
-  }
-#pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int row = row0 + q0 + g + hr * 8;
-    if (row >= seqlen_q) continue;
-    float* dst = dq_head + static_cast<int64_t>(row) * head_dim;
-#pragma unroll
-    for (int d = 0; d < kDB; ++d) {
-      const int col = col0 + d * 8 + 2 * t;
-      if (col < head_dim) {
-#if __CUDA_ARCH__ >= 900  // one 8-byte reduction (red.global.add.v2.f32) instead of two: half the atomic traffic
-        atomicAdd(reinterpret_cast<float2*>(dst + col), make_float2(acc[d][2 * hr], acc[d][2 * hr + 1]));
-#else
-        atomicAdd(dst + col, acc[d][2 * hr]);
-        atomicAdd(dst + col + 1, acc[d][2 * hr + 1]);
-#endif
-      }
-    }
-  }
-}
-
 // dQ = the fp32 accumulator in the input dtype (default mode), one warp per query row.
 template <typename T>
 __global__ void bwd_dq_convert_kernel(const BwdKernelParams p) {
@@ -153,8 +93,8 @@ __global__ void bwd_dq_convert_kernel(const BwdKernelParams p) {
 // bring two others (Q and dO, or K and V). With prefetch (BwdKernelParams::prefetch) a step's tiles are loaded
 // into one of two buffers while the previous step's products run on the other; without, into the one buffer
 // at the top of the step. issue(step, buffer) starts a step's loads and commits them as one cp.async group;
-// body(step, buffer) runs its products. Groups committed before the loop (the CTA's own tiles) have landed
-// before the first body.
+// body(step, buffer) runs its products; each is called once per step, in step order. Groups committed before
+// the loop (the CTA's own tiles) have landed before the first body.
 template <typename Issue, typename Body>
 __device__ __forceinline__ void run_steps(int n_steps, bool prefetch, Issue&& issue, Body&& body) {
   if (prefetch && n_steps > 0) issue(0, 0);
@@ -176,99 +116,173 @@ __device__ __forceinline__ void run_steps(int n_steps, bool prefetch, Issue&& is
   cp_async_wait<0>();  // with no step, the CTA's own tiles are still in flight; keep the group count clean
 }
 
+// One CTA per (key block, batch, K/V head): Traits is a BwdDkdvTraits (bwd_config.hpp), whose table gives the
+// three warp grids. Shared memory (Traits::smem_bytes):
+//   sK, sV      [kBlockN][kRowStride]            the CTA's keys, for the whole loop
+//   sQ, sDO     [buffers][kBlockM][kRowStride]   one step's query rows
+//   sP, sdS     [kBlockM][kPStride]              the step's P and dS, in the input dtype
+//   sLse, sDelta [buffers][kBlockM]              the step's rows' LSE (natural log, as stored) and D
 template <typename Traits, typename T, bool kSoftcap, bool kAccumulateDq>
 __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKernelParams p) {
-  constexpr int kRows = Traits::kBlockM, kCols = Traits::kBlockN;  // keys per CTA, queries per step
-  constexpr int kStride = Traits::kRowStride, kNB = kCols / 8, kDB = Traits::kOutCols / 8;
-  constexpr int kTile = kCols * kStride;  // elements of one step's Q or dO tile
-  static_assert(Traits::kMSlices == 1, "one 16-row slice per warp");
+  constexpr int kN = Traits::kBlockN, kM = Traits::kBlockM, kD = Traits::kHeadDim;
+  constexpr int kStride = Traits::kRowStride, kPStride = Traits::kPStride, kTile = kM * kStride;
+  constexpr int kSdpRows = Traits::kSdpRows, kSdpCols = Traits::kSdpCols;
+  constexpr int kKvRows = Traits::kKvRows, kKvCols = Traits::kKvCols;
+  constexpr int kDqRows = Traits::kDqRows, kDqCols = Traits::kDqCols;
   const FwdKernelParams& f = p.fwd;
-  const int col0 = static_cast<int>(blockIdx.y) * Traits::kOutCols;  // this CTA's dK/dV (and dQ) columns
   const int buffers = p.prefetch ? 2 : 1;
-  // Shared memory (bwd_smem_bytes): K, V; then Q [buffers][kCols][kStride], dO likewise, and the per-column
-  // LSE (log2) and D of each buffer's step [buffers][kCols].
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
-  T* sV = sK + kRows * kStride;
-  T* sQ = sV + kRows * kStride;
+  T* sV = sK + kN * kStride;
+  T* sQ = sV + kN * kStride;
   T* sDO = sQ + buffers * kTile;
-  float* sLse2 = reinterpret_cast<float*>(sDO + buffers * kTile);
-  float* sDelta = sLse2 + buffers * kCols;
-  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  T* sP = sDO + buffers * kTile;
+  T* sdS = sP + kM * kPStride;
+  float* sLse = reinterpret_cast<float*>(sdS + kM * kPStride);
+  float* sDelta = sLse + buffers * kM;
+
+  // Where this warp's tiles sit in each product (bwd_config.hpp), and its fragment coordinates g, t (ptx.cuh).
+  const int warp = static_cast<int>(threadIdx.x / 32), lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const int sdp_row = warp % Traits::kSdpWarpsM * kSdpRows, sdp_col = warp / Traits::kSdpWarpsM * kSdpCols;
+  const int kv_row = warp % Traits::kKvWarpsN * kKvRows, kv_col = warp / Traits::kKvWarpsN * kKvCols;
+  const int dq_row = warp % Traits::kDqWarpsM * kDqRows, dq_col = warp / Traits::kDqWarpsM * kDqCols;
 
   const int n_block = blockIdx.x % p.n_blocks, bhk = blockIdx.x / p.n_blocks;
   const int b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
-  const int key0 = n_block * kRows;
+  const int key0 = n_block * kN;
   const T* k_head = static_cast<const T*>(f.k) + b * f.k_stride[0] + hk * f.k_stride[2];
   const T* v_head = static_cast<const T*>(f.v) + b * f.v_stride[0] + hk * f.v_stride[2];
-  load_rows_async<Traits, kRows>(sK, k_head, f.k_stride[1], key0, f.seqlen_k, f.head_dim);
-  load_rows_async<Traits, kRows>(sV, v_head, f.v_stride[1], key0, f.seqlen_k, f.head_dim);
+  load_rows_async<Traits, kN>(sK, k_head, f.k_stride[1], key0, f.seqlen_k, f.head_dim);
+  load_rows_async<Traits, kN>(sV, v_head, f.v_stride[1], key0, f.seqlen_k, f.head_dim);
   cp_async_commit();
 
-  // The steps: each query head of the group, times each block of kCols query rows that sees a key of this
-  // block, [row_begin, row_end) (KeyRange::row_begin / row_end).
+  // The steps: each query head of the group, times each block of kM query rows that sees a key of this block,
+  // [row_begin, row_end). run_steps calls issue and body once per step each, in step order, so each walks its
+  // own cursor forward instead of dividing the step index (a division per call was ~25 instructions).
   const int row_begin = max(0, key0 - f.key_offset - f.window_right);
-  const int row_end = min(f.seqlen_q, key0 + kRows - f.key_offset + f.window_left);
-  const int row_first = row_begin / kCols * kCols;
-  const int per_head = row_begin < row_end ? (row_end - row_first + kCols - 1) / kCols : 0;
-  auto head_of = [&](int step) { return hk * f.group + step / per_head; };
-  auto row0_of = [&](int step) { return row_first + step % per_head * kCols; };
-
-  auto issue = [&](int step, int buffer) {
-    const int h = head_of(step), row0 = row0_of(step);
-    const T* q_head = static_cast<const T*>(f.q) + b * f.q_stride[0] + h * f.q_stride[2];
-    const T* do_head = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + h * p.dout_stride[2];
-    load_rows_async<Traits, kCols>(sQ + buffer * kTile, q_head, f.q_stride[1], row0, f.seqlen_q, f.head_dim);
-    load_rows_async<Traits, kCols>(sDO + buffer * kTile, do_head, p.dout_stride[1], row0, f.seqlen_q, f.head_dim);
-    cp_async_commit();
-    for (int c = threadIdx.x; c < kCols; c += Traits::kThreads) {
-      const int row = row0 + c;
-      const bool real = row < f.seqlen_q;
-      sLse2[buffer * kCols + c] =
-          real ? lse_log2(f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]]) : 0.0f;
-      sDelta[buffer * kCols + c] = real ? p.delta[(static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q + row] : 0.0f;
+  const int row_end = min(f.seqlen_q, key0 + kN - f.key_offset + f.window_left);
+  const int row_first = row_begin / kM * kM;
+  const int per_head = row_begin < row_end ? (row_end - row_first + kM - 1) / kM : 0;
+  struct StepCursor {
+    int h, row0;  // the step's query head and first row
+    __device__ void advance(int first, int end) {
+      row0 += kM;
+      if (row0 >= end) row0 = first, ++h;
     }
   };
+  StepCursor issue_at{hk * f.group, row_first}, body_at = issue_at;
 
-  float acc_dk[1][kDB][4] = {}, acc_dv[1][kDB][4] = {};
-  auto body = [&](int step, int buffer) {
-    const int h = head_of(step), row0 = row0_of(step);
-    T* bQ = sQ + buffer * kTile;
+  static_assert(2 * kM <= Traits::kThreads, "one thread per row for the LSE and one for D");
+  auto issue = [&](int, int buffer) {
+    const int h = issue_at.h, row0 = issue_at.row0;
+    issue_at.advance(row_first, row_end);
+    const T* q_head = static_cast<const T*>(f.q) + b * f.q_stride[0] + h * f.q_stride[2];
+    const T* do_head = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + h * p.dout_stride[2];
+    load_rows_async<Traits, kM>(sQ + buffer * kTile, q_head, f.q_stride[1], row0, f.seqlen_q, f.head_dim);
+    load_rows_async<Traits, kM>(sDO + buffer * kTile, do_head, p.dout_stride[1], row0, f.seqlen_q, f.head_dim);
+    // Threads [0, kM) copy the rows' LSE, [kM, 2 kM) their D. Rows past the sequence end get LSE = D = 0:
+    // their Q and dO rows are zeros, so P is 1 there but dV, dK and dS gain nothing from them.
+    const int r = threadIdx.x % kM, row = row0 + r;
+    const bool real = row < f.seqlen_q;
+    if (threadIdx.x < kM)
+      cp_async_4(sLse + buffer * kM + r,
+                 f.lse + b * f.lse_stride[0] + h * f.lse_stride[1] + (real ? row * f.lse_stride[2] : 0),
+                 real ? 4 : 0);
+    else if (threadIdx.x < 2 * kM)
+      cp_async_4(sDelta + buffer * kM + r,
+                 p.delta + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q + (real ? row : 0), real ? 4 : 0);
+    cp_async_commit();
+  };
+
+  float acc_dk[kKvRows / 16][kKvCols / 8][4] = {}, acc_dv[kKvRows / 16][kKvCols / 8][4] = {};
+  auto body = [&](int, int buffer) {
+    const int h = body_at.h, row0 = body_at.row0;
+    body_at.advance(row_first, row_end);
+    const T* bQ = sQ + buffer * kTile;
     const T* bDO = sDO + buffer * kTile;
-    const float* bLse2 = sLse2 + buffer * kCols;
-    const float* bDelta = sDelta + buffer * kCols;
-    // The step's tile products, compiled with and without the mask (fwd_tile.cuh, cap_and_mask).
-    auto products = [&](auto masked) {
-      float acc_s[1][kNB][4], capped[1][kNB][4];
-      tile_scores<Traits, T>(sK, bQ, acc_s);  // S^T: keys down the rows
-      cap_and_mask<Traits, kSoftcap, decltype(masked)::value, /*kKeysAsRows=*/true>(f, key0, row0, acc_s);
+    // This thread's S rows (sdp_row + 16 i + g + 8 hr): their LSE in log2 units and D.
+    float lse2[kSdpRows / 16][2], delta[kSdpRows / 16][2];
 #pragma unroll
-      for (int n = 0; n < kNB; ++n)
+    for (int i = 0; i < kSdpRows / 16; ++i)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          capped[0][n][e] = acc_s[0][n][e];
-          acc_s[0][n][e] = exp2_approx(fmaf(acc_s[0][n][e], f.scale_log2, -bLse2[n * 8 + 2 * t + e % 2]));
-        }
-      tile_accumulate_pv<Traits, T, Traits::kOutCols>(acc_s, bDO + col0, acc_dv);  // dV += P^T dO
-
-      float acc_dp[1][kNB][4];
-      tile_scores<Traits, T>(sV, bDO, acc_dp);  // dP^T = V dO^T
-#pragma unroll
-      for (int n = 0; n < kNB; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc_s[0][n][e] = grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], bDelta[n * 8 + 2 * t + e % 2],
-                                                capped[0][n][e], f, p.scale);
-      tile_accumulate_pv<Traits, T, Traits::kOutCols>(acc_s, bQ + col0, acc_dk);  // dK += dS^T Q
-      if constexpr (kAccumulateDq) {  // dQ += dS K, atomically (every CTA whose keys these rows see adds)
-        float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
-        accumulate_dq<Traits, T>(acc_s, bQ, sK, dq_head, row0, col0, f.seqlen_q, f.head_dim);
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = sdp_row + i * 16 + g + hr * 8;
+        lse2[i][hr] = lse_log2(sLse[buffer * kM + r]);
+        delta[i][hr] = sDelta[buffer * kM + r];
       }
+    // S = Q K^T and dP = dO V^T (queries x keys), then P and dS into shared memory; compiled with and without
+    // the mask (fwd_tile.cuh, cap_and_mask).
+    auto scores = [&](auto masked) {
+      float acc_s[kSdpRows / 16][kSdpCols / 8][4] = {}, acc_dp[kSdpRows / 16][kSdpCols / 8][4] = {};
+      warp_mma<T, kSdpRows, kSdpCols, kD, false, false>(acc_s, bQ + sdp_row * kStride, kStride,
+                                                        sK + sdp_col * kStride, kStride);
+      warp_mma<T, kSdpRows, kSdpCols, kD, false, false>(acc_dp, bDO + sdp_row * kStride, kStride,
+                                                        sV + sdp_col * kStride, kStride);
+#pragma unroll
+      for (int i = 0; i < kSdpRows / 16; ++i)
+#pragma unroll
+        for (int j = 0; j < kSdpCols / 8; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            float x = acc_s[i][j][e];
+            if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
+            if (decltype(masked)::value) {
+              const int query = row0 + sdp_row + i * 16 + g + (e / 2) * 8;
+              const int key = key0 + sdp_col + j * 8 + 2 * t + e % 2;
+              const bool visible = key < f.seqlen_k && key >= query + f.key_offset - f.window_left &&
+                                   key <= query + f.key_offset + f.window_right;
+              x = visible ? x : -INFINITY;
+            }
+            const float prob = exp2_approx(fmaf(x, f.scale_log2, -lse2[i][e / 2]));
+            acc_s[i][j][e] = prob;
+            acc_dp[i][j][e] = grad_score<kSoftcap>(prob, acc_dp[i][j][e], delta[i][e / 2], x, f, p.scale);
+          }
+#pragma unroll
+          for (int hr = 0; hr < 2; ++hr) {
+            const int at = (sdp_row + i * 16 + g + hr * 8) * kPStride + sdp_col + j * 8 + 2 * t;
+            *reinterpret_cast<uint32_t*>(sP + at) = pack2<T>(acc_s[i][j][2 * hr], acc_s[i][j][2 * hr + 1]);
+            *reinterpret_cast<uint32_t*>(sdS + at) = pack2<T>(acc_dp[i][j][2 * hr], acc_dp[i][j][2 * hr + 1]);
+          }
+        }
     };
-    if (tile_fully_visible<Traits, /*kKeysAsRows=*/true>(f, key0, row0, min(row0 + kCols, f.seqlen_q) - 1))
-      products(std::false_type{});
+    if (tile_fully_visible<Traits>(f, row0, key0, min(row0 + kM, f.seqlen_q) - 1))
+      scores(std::false_type{});
     else
-      products(std::true_type{});
+      scores(std::true_type{});
+    __syncthreads();  // every warp's P and dS are in shared memory
+
+    // dV += P^T dO and dK += dS^T Q (keys x columns; P and dS read transposed).
+    warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dv, sP + kv_row, kPStride, bDO + kv_col, kStride);
+    warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, sdS + kv_row, kPStride, bQ + kv_col, kStride);
+    if constexpr (kAccumulateDq) {  // dQ += dS K (queries x columns), added atomically: every CTA whose keys
+                                    // these rows see adds its share
+      float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
+      warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, sdS + dq_row * kPStride, kPStride, sK + dq_col,
+                                                     kStride);
+      // Head dims are multiples of 8, so whether an 8-column block is real is the same for the whole warp.
+      // One address per row, the blocks at immediate offsets from it: the reductions' address arithmetic and
+      // per-element branches were ~10 instructions per reduction.
+      const bool all_cols = dq_col + kDqCols <= f.head_dim;
+      float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
+#pragma unroll
+      for (int i = 0; i < kDqRows / 16; ++i)
+#pragma unroll
+        for (int hr = 0; hr < 2; ++hr) {
+          const int row = row0 + dq_row + i * 16 + g + hr * 8;
+          if (row >= f.seqlen_q) continue;
+          float* dst = dq_head + static_cast<int64_t>(row) * f.head_dim + dq_col + 2 * t;
+#pragma unroll
+          for (int j = 0; j < kDqCols / 8; ++j) {
+            if (!all_cols && dq_col + j * 8 >= f.head_dim) break;
+#if __CUDA_ARCH__ >= 900  // one 8-byte reduction (red.global.add.v2.f32) instead of two: half the atomic traffic
+            atomicAdd(reinterpret_cast<float2*>(dst + j * 8), make_float2(acc_dq[i][j][2 * hr], acc_dq[i][j][2 * hr + 1]));
+#else
+            atomicAdd(dst + j * 8, acc_dq[i][j][2 * hr]);
+            atomicAdd(dst + j * 8 + 1, acc_dq[i][j][2 * hr + 1]);
+#endif
+          }
+        }
+    }
   };
   run_steps(per_head * f.group, p.prefetch, issue, body);
 
@@ -276,19 +290,21 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
   T* dk_head = static_cast<T*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
   T* dv_head = static_cast<T*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[2];
 #pragma unroll
-  for (int hr = 0; hr < 2; ++hr) {
-    const int key = key0 + slice_row<Traits>(0) + g + hr * 8;
-    if (key >= f.seqlen_k) continue;
+  for (int i = 0; i < kKvRows / 16; ++i)
 #pragma unroll
-    for (int d = 0; d < kDB; ++d) {
-      const int col = col0 + d * 8 + 2 * t;
-      if (col >= f.head_dim) continue;
-      *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
-          pack2<T>(acc_dk[0][d][2 * hr], acc_dk[0][d][2 * hr + 1]);
-      *reinterpret_cast<uint32_t*>(dv_head + key * p.dv_stride[1] + col) =
-          pack2<T>(acc_dv[0][d][2 * hr], acc_dv[0][d][2 * hr + 1]);
+    for (int hr = 0; hr < 2; ++hr) {
+      const int key = key0 + kv_row + i * 16 + g + hr * 8;
+      if (key >= f.seqlen_k) continue;
+#pragma unroll
+      for (int j = 0; j < kKvCols / 8; ++j) {
+        const int col = kv_col + j * 8 + 2 * t;
+        if (col >= f.head_dim) continue;
+        *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
+            pack2<T>(acc_dk[i][j][2 * hr], acc_dk[i][j][2 * hr + 1]);
+        *reinterpret_cast<uint32_t*>(dv_head + key * p.dv_stride[1] + col) =
+            pack2<T>(acc_dv[i][j][2 * hr], acc_dv[i][j][2 * hr + 1]);
+      }
     }
-  }
 }
 
 template <typename Traits, typename T, bool kSoftcap>

@@ -13,10 +13,10 @@
 
 namespace flashtile::cuda::sm80 {
 
-// Whether a kernel keeps as many CTAs per SM with two step buffers as with one, on the current device: on the
-// H200 it does at every head dim (registers allow two CTAs up to D = 128, shared memory one above); an A100
-// would lose one of D = 128's two CTAs, and a 99 KB RTX cannot fit D = 128's two buffers at all. Decided once
-// per (kernel, device); an inline function, so every translation unit shares the one cache.
+// Whether a kernel keeps as many CTAs per SM with two step buffers as with one, on the current device. On the
+// H200 both kernels do at every head dim (the dK/dV kernel runs one CTA per SM, the dQ kernel two up to D = 128);
+// an A100 (163 KB) cannot fit the dK/dV kernel's two buffers at D = 128 or 256, nor a 99 KB RTX at D = 96 and
+// up. Decided once per (kernel, device); an inline function, so every translation unit shares the one cache.
 inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_one, int smem_two) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, bool> known;
@@ -38,7 +38,8 @@ inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_o
 
 template <typename T, int kHeadDim>
 cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
-  using Traits = BwdTraits<kHeadDim>;
+  using DkdvTraits = BwdDkdvTraits<kHeadDim>;
+  using DqTraits = BwdDqTraits<kHeadDim>;
   BwdKernelParams p = params;
   const FwdKernelParams& f = p.fwd;
   const bool accumulate_dq = p.dq_accum != nullptr;  // default mode; deterministic mode runs bwd_dq_kernel
@@ -52,32 +53,36 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
   // Grids flattened into x, as in the forward: (key blocks) x batch x K/V heads, (query blocks) x batch x heads;
-  // y is the half of the head dim's columns a CTA accumulates (kColSplits: 2 above a head dim of 128).
-  constexpr int kSmemOne = bwd_smem_bytes<Traits>(1), kSmemTwo = bwd_smem_bytes<Traits>(2);
-  auto launch = [&](auto kernel, int64_t blocks) {
-    p.prefetch = prefetch_keeps_occupancy(reinterpret_cast<const void*>(kernel), Traits::kThreads, kSmemOne, kSmemTwo);
-    const int smem = p.prefetch ? kSmemTwo : kSmemOne;
+  // the dQ kernel's y is the half of the head dim's columns a CTA accumulates (kColSplits: 2 above 128).
+  auto launch = [&](auto kernel, int64_t blocks, int threads, int col_splits, int smem_one, int smem_two) {
+    p.prefetch = prefetch_keeps_occupancy(reinterpret_cast<const void*>(kernel), threads, smem_one, smem_two);
+    const int smem = p.prefetch ? smem_two : smem_one;
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         err != cudaSuccess)
       return err;
-    if (blocks > 0)
-      kernel<<<dim3(static_cast<unsigned>(blocks), Traits::kColSplits), Traits::kThreads, smem, stream>>>(p);
+    if (blocks > 0) kernel<<<dim3(static_cast<unsigned>(blocks), col_splits), threads, smem, stream>>>(p);
     return cudaGetLastError();
   };
-  const int64_t dkdv_blocks = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
+  auto launch_dkdv = [&](auto kernel) {
+    return launch(kernel, static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv, DkdvTraits::kThreads, 1,
+                  DkdvTraits::smem_bytes(1), DkdvTraits::smem_bytes(2));
+  };
   const bool softcap = f.softcap > 0;
   if (accumulate_dq) {
-    cudaError_t err = softcap ? launch(bwd_dkdv_kernel<Traits, T, true, true>, dkdv_blocks)
-                              : launch(bwd_dkdv_kernel<Traits, T, false, true>, dkdv_blocks);
+    cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, true, true>)
+                              : launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, false, true>);
     if (err != cudaSuccess) return err;
     if (rows > 0) bwd_dq_convert_kernel<T><<<row_blocks, kRowWarps * 32, 0, stream>>>(p);
     return cudaGetLastError();
   }
-  cudaError_t err = softcap ? launch(bwd_dkdv_kernel<Traits, T, true, false>, dkdv_blocks)
-                            : launch(bwd_dkdv_kernel<Traits, T, false, false>, dkdv_blocks);
+  cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, true, false>)
+                            : launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, false, false>);
   if (err != cudaSuccess) return err;
-  const int64_t dq_blocks = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
-  return softcap ? launch(bwd_dq_kernel<Traits, T, true>, dq_blocks) : launch(bwd_dq_kernel<Traits, T, false>, dq_blocks);
+  auto launch_dq = [&](auto kernel) {
+    return launch(kernel, static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q, DqTraits::kThreads,
+                  DqTraits::kColSplits, bwd_dq_smem_bytes<DqTraits>(1), bwd_dq_smem_bytes<DqTraits>(2));
+  };
+  return softcap ? launch_dq(bwd_dq_kernel<DqTraits, T, true>) : launch_dq(bwd_dq_kernel<DqTraits, T, false>);
 }
 
 }  // namespace flashtile::cuda::sm80
