@@ -64,7 +64,7 @@ function(flashtile_cuda_instantiations out_var)
       if(FLASHTILE_CUDA_BACKWARD)
         flashtile_generated_tu(bwd_sm80_${dt}_hdim${hd} sm80/bwd_launch.cuh sm80
           "launch_bwd<${cpp_type_${dt}}, ${hd}>(const BwdKernelParams&, cudaStream_t)")
-        string(APPEND bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, BwdDqTraits<${hd}>::kBlockM, BwdDkdvTraits<${hd}>::kBlockN, bwd_min_smem_bytes<${hd}>()},\n")
+        string(APPEND bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, BwdDqTraits<${hd}>::kBlockM, bwd_min_smem_bytes<${hd}>()},\n")
       endif()
     endforeach()
   endforeach()
@@ -125,10 +125,10 @@ struct BwdEntry {
   DType dtype;
   int head_dim;
   BwdLauncher launch;
-  int block_m, block_n, smem_bytes;
+  int block_m, smem_bytes;
 };
 constexpr BwdEntry kBwdEntries[] = {
-${bwd_entries}    {DType::kFloat32, 0, nullptr, 0, 0, 0},  // end
+${bwd_entries}    {DType::kFloat32, 0, nullptr, 0, 0},  // end
 };
 }  // namespace
 
@@ -136,7 +136,7 @@ BwdKernelInfo find_bwd(DType dtype, int head_dim) {
   BwdKernelInfo best;
   for (const BwdEntry& e : kBwdEntries)
     if (e.launch && e.dtype == dtype && e.head_dim >= head_dim && (!best.launch || e.head_dim < best.head_dim))
-      best = {e.launch, e.head_dim, e.block_m, e.block_n, e.smem_bytes};
+      best = {e.launch, e.head_dim, e.block_m, e.smem_bytes};
   return best;
 }
 

@@ -7,6 +7,7 @@
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
 #   6. grid A forward and backward on the GPU (bf16, fp16), benchAfwd: the forward alone, benchAbwd: the
 #      backward alone (sm80, default mode), benchAdet: the backward's deterministic mode; peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
+#   smallsmem: the backward's rows for 99 KB GPUs, with FLASHTILE_CUDA_SMEM_LIMIT lowering this GPU's limit;
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
 #   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper harness);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
@@ -64,6 +65,12 @@ if want tests; then  # the forward families in separate processes: a crash in on
     timeout 240 "build-device/cuda_${run%%-*}_test" --gtest_brief=1 --gtest_filter="*${family}" 2>&1 |
       tee "$out/gpu-tests-$run.txt" | tail -15 || status=1
   done
+fi
+
+if want smallsmem; then  # the backward's rows for 99 KB GPUs (RTX 30/40), on this GPU with the limit lowered
+  echo "== GPU tests, backward, as a 99 KB GPU (FLASHTILE_CUDA_SMEM_LIMIT=101376)"
+  FLASHTILE_CUDA_SMEM_LIMIT=101376 timeout 240 build-device/cuda_backward_test --gtest_brief=1 \
+    --gtest_filter='*SmallSharedMemoryRows*' 2>&1 | tee "$out/gpu-tests-backward-99KB.txt" | tail -5 || status=1
 fi
 
 if want sanitize; then  # a small subset of each GPU suite under every compute-sanitizer tool

@@ -20,13 +20,14 @@ struct BwdKernelParams {
   float* delta;     // workspace: D = rowsum(dO * O), (batch, heads_q, seqlen_q) dense
   float* dq_accum;  // workspace, default mode: dQ in fp32, (batch, heads_q, seqlen_q, head_dim) dense;
                     // nullptr in deterministic mode
-  int n_blocks;     // key blocks per (batch, K/V head)
+  int smem_limit;   // bytes of shared memory a block may use on this device (the launcher picks a row that fits)
+  int n_blocks;     // key blocks per (batch, K/V head), set by the launcher from the row it picks
   bool prefetch;    // two step buffers: a step's tiles load while the previous step's products run (set by the
                     // launcher where that keeps the CTAs per SM; sm80/bwd_launch.cuh)
 };
 
 // Resolves a validated backward call (bwd_kernel_params for the sm80 kernels, cuda_backend.cpp).
-BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& problem, int block_m, int block_n,
+BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& problem, int block_m, int smem_limit,
                                 float* delta, float* dq_accum);
 
 }  // namespace flashtile::cuda

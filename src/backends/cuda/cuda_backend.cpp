@@ -1,7 +1,9 @@
 // Host side of the CUDA backends: device checks and kernel selection. Kernels live under sm80/ and sm90/.
 #include "backends/cuda/cuda_backend.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include <cuda_runtime.h>
 
@@ -67,9 +69,21 @@ class DeviceGuard {
 // than a short kernel, so it must not run on every call.
 struct DeviceInfo {
   int major = 0, minor = 0;
-  int smem_optin = 0;  // bytes of shared memory a block may opt in to
+  int smem_optin = 0;  // bytes of shared memory a block may opt in to (FLASHTILE_CUDA_SMEM_LIMIT may lower it)
   std::string name;
 };
+
+// FLASHTILE_CUDA_SMEM_LIMIT=<bytes> makes flashtile plan for less shared memory per block than the device offers,
+// as a smaller GPU would: one GPU can then run, and test, the tile rows chosen for another (the backward's 99 KB
+// rows on an H200: scripts/gpu_round.sh, stage smallsmem). Unset, empty or not a positive number: no limit.
+int smem_limit(int device_optin) {
+  const char* env = std::getenv("FLASHTILE_CUDA_SMEM_LIMIT");
+  if (env == nullptr) return device_optin;
+  char* end = nullptr;
+  const long limit = std::strtol(env, &end, 10);
+  if (end == env || *end != '\0' || limit <= 0) return device_optin;
+  return static_cast<int>(std::min<long>(limit, device_optin));
+}
 
 Status device_info(int device, const DeviceInfo** info) {
   static std::mutex mutex;
@@ -80,8 +94,8 @@ Status device_info(int device, const DeviceInfo** info) {
     cudaDeviceProp prop{};
     if (cudaError_t err = cudaGetDeviceProperties(&prop, device); err != cudaSuccess)
       return device_error("cudaGetDeviceProperties", err);
-    it = cache.emplace(device, DeviceInfo{prop.major, prop.minor, static_cast<int>(prop.sharedMemPerBlockOptin),
-                                          prop.name})
+    it = cache.emplace(device, DeviceInfo{prop.major, prop.minor,
+                                          smem_limit(static_cast<int>(prop.sharedMemPerBlockOptin)), prop.name})
              .first;
   }
   *info = &it->second;
@@ -275,7 +289,7 @@ Status forward(const ForwardParams& params, const Problem& p, Backend backend) {
   return {};
 }
 
-BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& problem, int block_m, int block_n,
+BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& problem, int block_m, int smem_limit,
                                 float* delta, float* dq_accum) {
   ForwardParams f;
   f.q = params.q, f.k = params.k, f.v = params.v, f.out = params.out, f.lse = params.lse;
@@ -292,7 +306,7 @@ BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& pro
   k.scale = problem.scale;
   k.delta = delta;
   k.dq_accum = dq_accum;
-  k.n_blocks = static_cast<int>((problem.seqlen_k + block_n - 1) / block_n);
+  k.smem_limit = smem_limit;
   return k;
 }
 
@@ -320,7 +334,7 @@ Status backward(const BackwardParams& params, const Problem& p, Backend backend)
       return {StatusCode::kOutOfMemory, std::string("backward workspace: ") + cudaGetErrorString(err)};
   float* dq_accum = params.deterministic ? nullptr : delta + p.batch * p.heads_q * p.seqlen_q;
   const cudaError_t err =
-      kernel.launch(make_bwd_params(params, p, kernel.block_m, kernel.block_n, delta, dq_accum), stream);
+      kernel.launch(make_bwd_params(params, p, kernel.block_m, prop->smem_optin, delta, dq_accum), stream);
   if (params.workspace == nullptr && delta != nullptr) cudaFreeAsync(delta, stream);
   if (err != cudaSuccess) return device_error("sm80 backward launch", err);
   return {};

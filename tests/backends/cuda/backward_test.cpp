@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "verify/device_mirror.hpp"
@@ -158,6 +159,31 @@ TEST_F(CudaBackward, CallerWorkspaceOfTheReportedSize) {
       EXPECT_LE(worst, 0.02 * scale) << "dQ with a caller workspace differs beyond rounding";
     }
   }
+}
+
+// The dK/dV rows for GPUs with 99 KB of shared memory per block (consumer Ampere and Ada; bwd_config.hpp), run
+// on a larger GPU by lowering the limit flashtile plans for: scripts/gpu_round.sh (stage smallsmem) runs this
+// test with FLASHTILE_CUDA_SMEM_LIMIT=101376. Without it the test reports itself skipped.
+TEST_F(CudaBackward, SmallSharedMemoryRows) {
+  const char* limit = std::getenv("FLASHTILE_CUDA_SMEM_LIMIT");
+  if (limit == nullptr || std::atol(limit) <= 0 || std::atol(limit) > 101376)
+    GTEST_SKIP() << "set FLASHTILE_CUDA_SMEM_LIMIT=101376 (99 KB) to run the rows of 99 KB GPUs";
+  uint64_t seed = 17000;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (int64_t d : {40, 64, 96, 128})
+      for (int64_t s : {17, 129, 255}) expect_pass(make_problem(2, s, s, 2, 2, d, dt), seed++);
+  for (bool deterministic : {false, true}) {  // masks, GQA and a padded layout on the small D = 128 row
+    Problem p = make_problem(2, 97, 130, 6, 2, 128, DType::kBFloat16);
+    p.options.causal = true;
+    p.options.softcap = deterministic ? 20.0f : 0.0f;
+    p.layout = Layout::kPadded;
+    p.deterministic = deterministic;
+    expect_pass(p, seed++);
+  }
+  // Above 128 no row fits in 99 KB: a clear refusal that names the shared memory, not a failed launch.
+  const verify::CheckResult r =
+      verify::check(make_problem(1, 64, 64, 2, 2, 256, DType::kBFloat16), seed, Backend::kAuto, true, Device::kCUDA);
+  EXPECT_NE(r.error.find("shared memory"), std::string::npos) << r.error;
 }
 
 TEST_F(CudaBackward, UnsupportedHeadDimIsRefused) {

@@ -29,6 +29,18 @@ template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlo
 template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 119 / 169 KB
 template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 151 / 217 KB
 
+// Rows for GPUs whose blocks cannot have the row above with one step buffer: consumer Ampere and Ada offer 99 KB
+// per block. 64 keys per CTA, S and dP on 16 x 32 warp tiles. Head dims 192 and 256 have none: no row of this
+// kernel, nor the deterministic mode's dQ kernel (135 KB at D = 256), fits in 99 KB there.
+template <int kHeadDim>
+struct BwdDkdvConfigSmall;
+//                               kHeadDim       kBlockN      kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM   smem, 1 / 2 step buffers (bf16)
+template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 55 / 73 KB
+template <> struct BwdDkdvConfigSmall<96>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; };  // 71 / 97 KB
+template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 87 / 121 KB
+template <int kHeadDim>
+inline constexpr bool kHasBwdDkdvConfigSmall = kHeadDim <= 128;
+
 // Everything derived from a row, with the checks that keep a new row honest.
 template <int kHeadDim_, typename Config = BwdDkdvConfig<kHeadDim_>>
 struct BwdDkdvTraits : Config {
@@ -76,10 +88,13 @@ constexpr int bwd_dq_smem_bytes(int buffers) {
   return (2 * Traits::kBlockM + 2 * buffers * Traits::kBlockN) * Traits::kRowStride * 2;
 }
 
-// The least shared memory a backward call needs (one step buffer), for the device check.
+// The least shared memory a backward call needs (its smallest row, one step buffer), for the device check.
 template <int kHeadDim>
 constexpr int bwd_min_smem_bytes() {
-  const int dkdv = BwdDkdvTraits<kHeadDim>::smem_bytes(1), dq = bwd_dq_smem_bytes<BwdDqTraits<kHeadDim>>(1);
+  int dkdv = BwdDkdvTraits<kHeadDim>::smem_bytes(1);
+  if constexpr (kHasBwdDkdvConfigSmall<kHeadDim>)
+    dkdv = BwdDkdvTraits<kHeadDim, BwdDkdvConfigSmall<kHeadDim>>::smem_bytes(1);
+  const int dq = bwd_dq_smem_bytes<BwdDqTraits<kHeadDim>>(1);
   return dkdv > dq ? dkdv : dq;
 }
 

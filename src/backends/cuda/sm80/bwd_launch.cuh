@@ -13,11 +13,12 @@
 
 namespace flashtile::cuda::sm80 {
 
-// Whether a kernel keeps as many CTAs per SM with two step buffers as with one, on the current device. On the
-// H200 both kernels do at every head dim (the dK/dV kernel runs one CTA per SM, the dQ kernel two up to D = 128);
-// an A100 (163 KB) cannot fit the dK/dV kernel's two buffers at D = 128 or 256, nor a 99 KB RTX at D = 96 and
-// up. Decided once per (kernel, device); an inline function, so every translation unit shares the one cache.
-inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_one, int smem_two) {
+// Whether a kernel keeps as many CTAs per SM with two step buffers as with one, on the current device, within
+// the shared memory the call may use (BwdKernelParams::smem_limit). On the H200 both kernels do at every head dim
+// (the dK/dV kernel runs one CTA per SM, the dQ kernel two up to D = 128); an A100 (163 KB) cannot fit the dK/dV
+// kernel's two buffers at D = 128 or 256. Decided once per (kernel, device); an inline function, so every
+// translation unit shares the one cache.
+inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_one, int smem_two, int smem_limit) {
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, bool> known;
   int device = 0;
@@ -25,10 +26,9 @@ inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_o
   std::lock_guard<std::mutex> lock(mutex);
   auto it = known.find({kernel, device});
   if (it != known.end()) return it->second;
-  int optin = 0, one = 0, two = 0;
+  int one = 0, two = 0;
   const bool yes =
-      cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) == cudaSuccess &&
-      smem_two <= optin &&
+      smem_two <= smem_limit &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_two) == cudaSuccess &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&one, kernel, threads, smem_one) == cudaSuccess &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&two, kernel, threads, smem_two) == cudaSuccess && two >= one;
@@ -36,11 +36,12 @@ inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_o
   return yes;
 }
 
-template <typename T, int kHeadDim>
-cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
-  using DkdvTraits = BwdDkdvTraits<kHeadDim>;
+// The backward with one row of the dK/dV table (bwd_config.hpp), which sets the key blocks.
+template <typename T, int kHeadDim, typename DkdvTraits>
+cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) {
   using DqTraits = BwdDqTraits<kHeadDim>;
   BwdKernelParams p = params;
+  p.n_blocks = static_cast<int>((p.fwd.seqlen_k + DkdvTraits::kBlockN - 1) / DkdvTraits::kBlockN);
   const FwdKernelParams& f = p.fwd;
   const bool accumulate_dq = p.dq_accum != nullptr;  // default mode; deterministic mode runs bwd_dq_kernel
   const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
@@ -55,7 +56,8 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   // Grids flattened into x, as in the forward: (key blocks) x batch x K/V heads, (query blocks) x batch x heads;
   // the dQ kernel's y is the half of the head dim's columns a CTA accumulates (kColSplits: 2 above 128).
   auto launch = [&](auto kernel, int64_t blocks, int threads, int col_splits, int smem_one, int smem_two) {
-    p.prefetch = prefetch_keeps_occupancy(reinterpret_cast<const void*>(kernel), threads, smem_one, smem_two);
+    p.prefetch =
+        prefetch_keeps_occupancy(reinterpret_cast<const void*>(kernel), threads, smem_one, smem_two, p.smem_limit);
     const int smem = p.prefetch ? smem_two : smem_one;
     if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
         err != cudaSuccess)
@@ -83,6 +85,16 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
                   DqTraits::kColSplits, bwd_dq_smem_bytes<DqTraits>(1), bwd_dq_smem_bytes<DqTraits>(2));
   };
   return softcap ? launch_dq(bwd_dq_kernel<DqTraits, T, true>) : launch_dq(bwd_dq_kernel<DqTraits, T, false>);
+}
+
+// The main row where one step buffer fits in the call's shared memory, else the small row (99 KB GPUs).
+template <typename T, int kHeadDim>
+cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
+  using Main = BwdDkdvTraits<kHeadDim>;
+  if constexpr (kHasBwdDkdvConfigSmall<kHeadDim>)
+    if (Main::smem_bytes(1) > params.smem_limit)
+      return launch_bwd_with<T, kHeadDim, BwdDkdvTraits<kHeadDim, BwdDkdvConfigSmall<kHeadDim>>>(params, stream);
+  return launch_bwd_with<T, kHeadDim, Main>(params, stream);
 }
 
 }  // namespace flashtile::cuda::sm80

@@ -59,8 +59,7 @@ struct BwdKernelInfo {
   BwdLauncher launch = nullptr;
   int head_dim = 0;  // the instantiated head dim the call is padded up to
   int block_m = 0;   // query rows per CTA of the dQ kernel
-  int block_n = 0;   // keys per CTA of the dK/dV kernel
-  int smem_bytes = 0;  // with one step buffer, the least the kernels need (bwd_config.hpp)
+  int smem_bytes = 0;  // the least the kernels need: the smallest row, one step buffer (bwd_config.hpp)
 };
 
 // The smallest instantiated backward head dim >= head_dim, or launch = null.
