@@ -80,7 +80,7 @@ typedef struct {
   int32_t backend;
   int32_t num_threads;
   void* stream;
-  void* workspace;      /* NULL: the library allocates */
+  void* workspace;      /* NULL: the library allocates; else ft_backward_workspace_size bytes, 16-byte aligned */
   size_t workspace_size;
 } ft_bwd_params;
 

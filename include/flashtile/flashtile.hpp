@@ -91,8 +91,8 @@ struct BackwardParams {
   Backend backend = Backend::kAuto;
   int32_t num_threads = 0;
   void* stream = nullptr;
-  void* workspace = nullptr;       // GPU backends: caller memory of backward_workspace_size() bytes, or
-  size_t workspace_size = 0;       // nullptr to let the library allocate it
+  void* workspace = nullptr;       // GPU backends: caller memory of backward_workspace_size() bytes, 16-byte
+  size_t workspace_size = 0;       // aligned, or nullptr to let the library allocate it
 };
 
 Status forward(const ForwardParams& params);

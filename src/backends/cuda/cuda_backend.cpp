@@ -310,10 +310,19 @@ BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& pro
   return k;
 }
 
-// D = rowsum(dO * O), one float per query row; then, unless deterministic, the fp32 dQ accumulator.
+// The workspace: D = rowsum(dO * O), one float per query row, padded to a multiple of 4 floats; then, unless
+// deterministic, the fp32 dQ accumulator. The padding keeps the accumulator 16-byte aligned (given an aligned
+// workspace): on sm_90 the dK/dV kernel adds into it 8 bytes at a time, which needs 8-byte alignment whatever
+// the number of rows.
+constexpr int64_t kWorkspaceAlignment = 16;
+int64_t delta_floats(const Problem& p) {
+  const int64_t rows = p.batch * p.heads_q * p.seqlen_q, per = kWorkspaceAlignment / sizeof(float);
+  return (rows + per - 1) / per * per;
+}
+
 size_t backward_workspace_size(const Problem& p, Backend, bool deterministic) {
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
-  return static_cast<size_t>(rows + (deterministic ? 0 : rows * p.head_dim)) * sizeof(float);
+  return static_cast<size_t>(delta_floats(p) + (deterministic ? 0 : rows * p.head_dim)) * sizeof(float);
 }
 
 Status backward(const BackwardParams& params, const Problem& p, Backend backend) {
@@ -326,13 +335,16 @@ Status backward(const BackwardParams& params, const Problem& p, Backend backend)
   if (params.workspace != nullptr && params.workspace_size < need)
     return invalid_argument("workspace: " + std::to_string(params.workspace_size) + " bytes given, " +
                             std::to_string(need) + " needed (backward_workspace_size)");
+  if (reinterpret_cast<uintptr_t>(params.workspace) % kWorkspaceAlignment != 0)
+    return invalid_argument("workspace: the address must be a multiple of " + std::to_string(kWorkspaceAlignment) +
+                            " bytes (cudaMalloc and PyTorch's allocator give 256)");
   DeviceGuard guard(params.q.device_index);
   const cudaStream_t stream = static_cast<cudaStream_t>(params.stream);
   float* delta = static_cast<float*>(params.workspace);
   if (delta == nullptr && need > 0)
     if (cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&delta), need, stream); err != cudaSuccess)
       return {StatusCode::kOutOfMemory, std::string("backward workspace: ") + cudaGetErrorString(err)};
-  float* dq_accum = params.deterministic ? nullptr : delta + p.batch * p.heads_q * p.seqlen_q;
+  float* dq_accum = params.deterministic ? nullptr : delta + delta_floats(p);
   const cudaError_t err =
       kernel.launch(make_bwd_params(params, p, kernel.block_m, prop->smem_optin, delta, dq_accum), stream);
   if (params.workspace == nullptr && delta != nullptr) cudaFreeAsync(delta, stream);

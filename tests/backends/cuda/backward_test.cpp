@@ -42,7 +42,7 @@ void expect_pass(const Problem& p, uint64_t seed) {
 TEST_F(CudaBackward, HeadDimsAndSeqlens) {
   uint64_t seed = 11000;
   for (DType dt : {DType::kBFloat16, DType::kFloat16})
-    for (int64_t d : {8, 40, 64, 96, 128, 136, 192, 256})  // above 128: two CTAs per block, half the columns each
+    for (int64_t d : {8, 40, 64, 96, 128, 136, 192, 256})  // 8..136 pad up to 64, 128 or 192
       for (int64_t s : {1, 17, 64, 129, 255}) expect_pass(make_problem(2, s, s, 2, 2, d, dt), seed++);
 }
 
@@ -80,6 +80,21 @@ TEST_F(CudaBackward, RowsAndKeysNobodySees) {
 }
 
 // Deterministic mode (no atomics: S and dP recomputed per query block) over the same kinds of problems.
+// An odd number of query rows (batch x heads x seqlen_q) puts the dQ accumulator right after an odd count of D
+// floats unless the workspace pads it: its 8-byte reductions must stay aligned. Empty sequences: no query row
+// (dK = dV = 0) and no key (dQ = 0).
+TEST_F(CudaBackward, OddRowCountsAndEmptySequences) {
+  uint64_t seed = 13500;
+  for (bool deterministic : {false, true})
+    for (int64_t s : {1, 17, 255}) {
+      Problem p = make_problem(1, s, s, 1, 1, 64, DType::kBFloat16);
+      p.deterministic = deterministic;
+      expect_pass(p, seed++);
+    }
+  expect_pass(make_problem(2, 0, 33, 2, 2, 64, DType::kBFloat16), seed++);
+  expect_pass(make_problem(2, 33, 0, 2, 2, 64, DType::kFloat16), seed++);
+}
+
 TEST_F(CudaBackward, DeterministicModeMatchesOracle) {
   uint64_t seed = 16000;
   for (int64_t d : {40, 128}) {

@@ -6,8 +6,9 @@
 //   dK, dV  (kBlockN keys x head dim):          kKvWarpsN along keys x the rest along the columns
 //   dQ      (kBlockM queries x head dim):       kDqWarpsM along queries x the rest along the columns
 // P and dS go through shared memory in between, so every product reads both operands from there (warp_mma.cuh)
-// with near-square warp tiles: 32 x 32 for S and dP at D <= 128. dK and dV stay in registers for the whole
-// loop: kBlockN x kHeadDim x 2 / 256 floats per thread, 128 at D = 128 (kBlockN 128) and D = 256 (kBlockN 64).
+// with near-square warp tiles (S and dP: 32 x 32 at D = 96 and 128, 64 x 32 at D = 64, whose steps take 128
+// query rows, 16 x 32 above 128, where a CTA owns 64 keys). dK and dV stay in registers for the whole loop: kBlockN x kHeadDim x 2 / 256 floats per thread,
+// 128 at D = 128 (kBlockN 128) and D = 256 (kBlockN 64).
 // With 128 keys per CTA the dQ reductions per FLOP are half those of a 64-key CTA (docs/perf-log.md, sm80
 // backward v1: the reductions, not the products, set v1's pace).
 //
@@ -23,7 +24,7 @@ namespace flashtile::cuda::sm80 {
 template <int kHeadDim>
 struct BwdDkdvConfig;
 //                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM   smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; };  // 142 / 179 KB
+template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; };  // 141 / 178 KB
 template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; };  // 113 / 139 KB
 template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; };  // 137 / 171 KB
 template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 119 / 169 KB
@@ -31,7 +32,7 @@ template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlo
 
 // Rows for GPUs whose blocks cannot have the row above with one step buffer: consumer Ampere and Ada offer 99 KB
 // per block. 64 keys per CTA, S and dP on 16 x 32 warp tiles. Head dims 192 and 256 have none: no row of this
-// kernel, nor the deterministic mode's dQ kernel (135 KB at D = 256), fits in 99 KB there.
+// kernel, nor the deterministic mode's dQ kernel (132 KB at D = 256), fits in 99 KB there.
 template <int kHeadDim>
 struct BwdDkdvConfigSmall;
 //                               kHeadDim       kBlockN      kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM   smem, 1 / 2 step buffers (bf16)

@@ -1,4 +1,5 @@
-// The sm80 backward, built from the forward's tile pieces (fwd_tile.cuh). Two modes:
+// The sm80 backward: its dK/dV kernel has FlashAttention-2's own layout (bwd_config.hpp, warp_mma.cuh); the
+// deterministic mode's dQ kernel is built from the forward's tile pieces (fwd_tile.cuh). Two modes:
 //
 // Default (BackwardParams::deterministic = false), FlashAttention-2's five tile products:
 //   1. bwd_delta_kernel: D = rowsum(dO * O) per query row (fp32), the term every dS needs;
@@ -211,7 +212,9 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
         delta[i][hr] = sDelta[buffer * kM + r];
       }
     // S = Q K^T and dP = dO V^T (queries x keys), then P and dS into shared memory; compiled with and without
-    // the mask (fwd_tile.cuh, cap_and_mask).
+    // the mask, with the visibility test of the forward's cap_and_mask (fwd_tile.cuh). Written out rather than
+    // shared through a helper taking the params by reference: that form compiled the masked tile ~130
+    // instructions longer (predicates spilled to registers, PRMT).
     auto scores = [&](auto masked) {
       float acc_s[kSdpRows / 16][kSdpCols / 8][4] = {}, acc_dp[kSdpRows / 16][kSdpCols / 8][4] = {};
       warp_mma<T, kSdpRows, kSdpCols, kD, false, false>(acc_s, bQ + sdp_row * kStride, kStride,

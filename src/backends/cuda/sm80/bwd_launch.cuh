@@ -15,10 +15,11 @@ namespace flashtile::cuda::sm80 {
 
 // Whether a kernel keeps as many CTAs per SM with two step buffers as with one, on the current device, within
 // the shared memory the call may use (BwdKernelParams::smem_limit). On the H200 both kernels do at every head dim
-// (the dK/dV kernel runs one CTA per SM, the dQ kernel two up to D = 128); an A100 (163 KB) cannot fit the dK/dV
-// kernel's two buffers at D = 128 or 256. Decided once per (kernel, device); an inline function, so every
-// translation unit shares the one cache.
+// (the dK/dV kernel runs one CTA per SM, the dQ kernel two up to D = 128); an A100 (163 KB) fits the dK/dV
+// kernel's two buffers only at D = 96. The occupancy answer is kept per (kernel, device); an inline function,
+// so every translation unit shares the one cache.
 inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_one, int smem_two, int smem_limit) {
+  if (smem_two > smem_limit) return false;
   static std::mutex mutex;
   static std::map<std::pair<const void*, int>, bool> known;
   int device = 0;
@@ -28,7 +29,6 @@ inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_o
   if (it != known.end()) return it->second;
   int one = 0, two = 0;
   const bool yes =
-      smem_two <= smem_limit &&
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_two) == cudaSuccess &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&one, kernel, threads, smem_one) == cudaSuccess &&
       cudaOccupancyMaxActiveBlocksPerMultiprocessor(&two, kernel, threads, smem_two) == cudaSuccess && two >= one;
@@ -50,7 +50,7 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
   if (accumulate_dq)
     if (cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, rows * f.head_dim * sizeof(float), stream); err != cudaSuccess)
       return err;
-  bwd_delta_kernel<T><<<row_blocks, kRowWarps * 32, 0, stream>>>(p);
+  if (rows > 0) bwd_delta_kernel<T><<<row_blocks, kRowWarps * 32, 0, stream>>>(p);  // seqlen_q = 0: none
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
   // Grids flattened into x, as in the forward: (key blocks) x batch x K/V heads, (query blocks) x batch x heads;

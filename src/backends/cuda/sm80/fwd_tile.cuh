@@ -86,20 +86,17 @@ __device__ __forceinline__ void tile_scores(const T* sQ, const T* sK,
 }
 
 // Whether every query of a tile (up to last_query, the last real one) sees every key of it, so the tile needs no
-// mask. Rows are queries [row0, row0 + kBlockM) and columns keys [col0, col0 + kBlockN); with kKeysAsRows (the
-// backward's S^T = K Q^T) rows are keys and columns queries.
-template <typename Traits, bool kKeysAsRows = false>
+// mask. Rows are queries [row0, row0 + kBlockM) and columns keys [col0, col0 + kBlockN).
+template <typename Traits>
 __device__ __forceinline__ bool tile_fully_visible(const FwdKernelParams& p, int row0, int col0, int last_query) {
-  const int query0 = kKeysAsRows ? col0 : row0, key0 = kKeysAsRows ? row0 : col0;
-  const int keys = kKeysAsRows ? Traits::kBlockM : Traits::kBlockN;
-  return last_query + p.key_offset - p.window_left <= key0 &&
-         query0 + p.key_offset + p.window_right >= key0 + keys - 1 && key0 + keys <= p.seqlen_k;
+  return last_query + p.key_offset - p.window_left <= col0 &&
+         row0 + p.key_offset + p.window_right >= col0 + Traits::kBlockN - 1 && col0 + Traits::kBlockN <= p.seqlen_k;
 }
 
 // Softcap, then (kMasked) the mask, on a tile of scores; hidden scores become -inf. Callers pick kMasked with
 // tile_fully_visible and instantiate both: a runtime test inside was if-converted by the compiler into ~260
 // predicated instructions issued on every tile (docs/perf-log.md, v6).
-template <typename Traits, bool kSoftcap, bool kMasked, bool kKeysAsRows = false>
+template <typename Traits, bool kSoftcap, bool kMasked>
 __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0, int col0,
                                              float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4]) {
   const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -112,9 +109,7 @@ __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0,
         float x = acc_s[s][n][e];
         if (kSoftcap) x = p.softcap * tanhf(x * p.scale_over_cap);
         if (kMasked) {
-          const int row = row0 + slice_row<Traits>(s) + g + (e / 2) * 8;
-          const int col = col0 + n * 8 + 2 * t + e % 2;
-          const int query = kKeysAsRows ? col : row, key = kKeysAsRows ? row : col;
+          const int query = row0 + slice_row<Traits>(s) + g + (e / 2) * 8, key = col0 + n * 8 + 2 * t + e % 2;
           const bool visible = key < p.seqlen_k && key >= query + p.key_offset - p.window_left &&
                                key <= query + p.key_offset + p.window_right;
           x = visible ? x : -INFINITY;
@@ -124,13 +119,13 @@ __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0,
 }
 
 // The same with the choice made at run time, for kernels whose masked and unmasked tiles share one code path.
-template <typename Traits, bool kSoftcap, bool kKeysAsRows = false>
+template <typename Traits, bool kSoftcap>
 __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0, int col0, int last_query,
                                              float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4]) {
-  if (tile_fully_visible<Traits, kKeysAsRows>(p, row0, col0, last_query))
-    cap_and_mask<Traits, kSoftcap, false, kKeysAsRows>(p, row0, col0, acc_s);
+  if (tile_fully_visible<Traits>(p, row0, col0, last_query))
+    cap_and_mask<Traits, kSoftcap, false>(p, row0, col0, acc_s);
   else
-    cap_and_mask<Traits, kSoftcap, true, kKeysAsRows>(p, row0, col0, acc_s);
+    cap_and_mask<Traits, kSoftcap, true>(p, row0, col0, acc_s);
 }
 
 // acc_o += P V: P from the probabilities in acc_s (their layout is the A fragment's), V from one tile sV

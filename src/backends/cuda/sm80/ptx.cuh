@@ -36,7 +36,8 @@ __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) 
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_address(smem)));
 }
-// The same, each matrix transposed on the way (for V, whose keys run down the rows).
+// The same, each matrix transposed on the way: for an operand stored with the product's k down its rows (V in
+// P V; in the backward also P, dS, Q, dO and K).
 __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
