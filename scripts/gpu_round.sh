@@ -13,7 +13,8 @@
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
-#   profilebwd: the same for the backward (flashtile's dK/dV kernel in the default mode, FA2's main kernel);
+#   profilebwd: the same for the backward (flashtile's dK/dV kernel in the default mode, FA2's main kernel;
+#     PROFILE_B, PROFILE_S, PROFILE_D pick the problem, H = 2048 / D as in grid A);
 #   overhead: the Python layers' per-call cost at B=1, S=128 beside the C++ call (bench/python_overhead.py);
 #   peers: peers.py with flashtile as its candidate (impl name PEERS_NAME, default flashtile-sm80: set
 #     flashtile-sm90 when the build's auto forward is the sm90 kernel) (forward and backward through autograd, grids A, L, G).
@@ -115,15 +116,17 @@ torch.cuda.synchronize()" > "$out/ncu-fa2.txt" 2>&1 || status=1
     "$out/ncu-flashtile.txt" "$out/ncu-fa2.txt"
 fi
 
-if want profilebwd; then  # B=4 H=16 S=4096 D=128 bf16, full: the main backward kernel of each, all sections
-  echo "== ncu: flashtile sm80 backward (dK/dV kernel, default mode) and PyTorch flash (FA2) backward"
+if want profilebwd; then  # B=PROFILE_B (4) H=2048/PROFILE_D S=PROFILE_S (4096) D=PROFILE_D (128) bf16, full: each main kernel
+  pb=${PROFILE_B:-4} ps=${PROFILE_S:-4096} pd=${PROFILE_D:-128}
+  ph=$((2048 / pd))
+  echo "== ncu: flashtile sm80 backward (dK/dV kernel, default mode) and PyTorch flash (FA2) backward, B=$pb H=$ph S=$ps D=$pd"
   ncu_args=(--set full --print-details all --launch-skip 1 --launch-count 1)
-  timeout 200 ncu "${ncu_args[@]}" -k regex:bwd_dkdv $bin run -b 4 -s 4096 --no-causal -r 2 --verify-rows 2 \
-    --backward > "$out/ncu-bwd-flashtile.txt" 2>&1 || status=1
+  timeout 200 ncu "${ncu_args[@]}" -k regex:bwd_dkdv $bin run -b $pb --heads $ph -s $ps --head-dim $pd --no-causal -r 2 \
+    --verify-rows 2 --backward > "$out/ncu-bwd-flashtile.txt" 2>&1 || status=1
   timeout 200 ncu "${ncu_args[@]}" -k regex:flash_bwd_dq_dk_dv python3 -c "
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
-q = torch.randn(4, 16, 4096, 128, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+q = torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16, requires_grad=True)
 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
     for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
 torch.cuda.synchronize()" > "$out/ncu-bwd-fa2.txt" 2>&1 || status=1
