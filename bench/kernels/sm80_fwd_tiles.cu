@@ -63,12 +63,15 @@ void run(const char* name, const Problem& pr, const void* q, const void* k, cons
 template <int D, typename... Configs>
 void sweep(const Problem& pr, const char* const* names) {
   const size_t n = size_t(pr.batch) * pr.seqlen * pr.heads * pr.dim;
-  const std::vector<uint16_t> host = harness::bf16_inputs(n, 12345);
+  // q, k and v differ, so that S is not symmetric (a transposed product could agree on symmetric scores).
+  const std::vector<uint16_t> inputs[3] = {harness::bf16_inputs(n, 12345), harness::bf16_inputs(n, 12346),
+                                           harness::bf16_inputs(n, 12347)};
   void *q, *k, *v, *o;
   float* lse;
   for (void** p : {&q, &k, &v, &o}) CHECK(cudaMalloc(p, n * 2));
   CHECK(cudaMalloc(&lse, size_t(pr.batch) * pr.heads * pr.seqlen * 4));
-  for (void* p : {q, k, v}) CHECK(cudaMemcpy(p, host.data(), n * 2, cudaMemcpyHostToDevice));
+  void* qkv[3] = {q, k, v};
+  for (int i = 0; i < 3; ++i) CHECK(cudaMemcpy(qkv[i], inputs[i].data(), n * 2, cudaMemcpyHostToDevice));
   run<D, FwdConfigHopper<D>>("table", pr, q, k, v, o, lse, nullptr);
   std::vector<uint16_t> ref(n);
   CHECK(cudaMemcpy(ref.data(), o, n * 2, cudaMemcpyDeviceToHost));

@@ -125,12 +125,15 @@ void run(int batch, int seqlen, int heads, bool causal) {
   namespace h = sm90_harness;
   constexpr int D = h::kHeadDim;
   const size_t n = size_t(batch) * seqlen * heads * D;
-  const std::vector<uint16_t> host = harness::bf16_inputs(n, 2024);
+  // q, k and v differ: with one tensor for all three, S is symmetric and a transposed product would agree too.
+  const std::vector<uint16_t> inputs[3] = {harness::bf16_inputs(n, 2024), harness::bf16_inputs(n, 2025),
+                                           harness::bf16_inputs(n, 2026)};
   void *q, *k, *v, *o0, *o1, *o2, *o3, *o80;
   float* lse;
   for (void** ptr : {&q, &k, &v, &o0, &o1, &o2, &o3, &o80}) CHECK(cudaMalloc(ptr, n * 2));
   CHECK(cudaMalloc(&lse, size_t(batch) * heads * seqlen * 4));
-  for (void* ptr : {q, k, v}) CHECK(cudaMemcpy(ptr, host.data(), n * 2, cudaMemcpyHostToDevice));
+  void* qkv[3] = {q, k, v};
+  for (int i = 0; i < 3; ++i) CHECK(cudaMemcpy(qkv[i], inputs[i].data(), n * 2, cudaMemcpyHostToDevice));
   for (void* ptr : {o0, o1, o2, o3, o80}) CHECK(cudaMemset(ptr, 0xff, n * 2));  // NaN: unwritten outputs show
 
   FwdKernelParams f = harness::bshd_params(q, k, v, o0, lse, batch, seqlen, heads, D, causal, h::kBlockM);
