@@ -191,7 +191,7 @@ std::string fixed(double v, int digits) {
 bool measure_forward(const Placement& pl, const verify::Case& c, const std::function<Status(const InputSet&)>& call,
                      int repeats, int64_t verify_rows, uint64_t seed, Result* r, JsonLine* rec) {
   Timing fwd;
-  if (Status s = time_calls(pl, call, repeats, &fwd); !s.ok()) {
+  if (Status s = time_calls(pl, call, repeats, &fwd, /*sustained=*/true); !s.ok()) {
     r->failed = true;
     rec->text("error", s.message);
     std::fprintf(stderr, "error: %s", s.message.c_str());
@@ -200,7 +200,8 @@ bool measure_forward(const Placement& pl, const verify::Case& c, const std::func
   r->fwd_ms = fwd.median_ms();
   r->fwd_tflops = headline_flops(c.problem) / r->fwd_ms / 1e9;
   rec->number("ms", r->fwd_ms).number("tflops", r->fwd_tflops);
-  rec->number("fwd_ms", r->fwd_ms).number("fwd_tflops", r->fwd_tflops).integer("repeats", repeats);
+  rec->number("fwd_ms", r->fwd_ms).number("fwd_tflops", r->fwd_tflops);
+  rec->integer("repeats", static_cast<int64_t>(fwd.ms.size()));
   if (fwd.extra_bytes >= 0) rec->number("extra_mib", static_cast<double>(fwd.extra_bytes) / (1 << 20));
   if (pl.on_device) rec->integer("input_sets", static_cast<int64_t>(pl.sets.size()));
   std::fprintf(stderr, "%s ms (%.3f TFLOP/s)", format_ms(r->fwd_ms).c_str(), r->fwd_tflops);
@@ -383,9 +384,10 @@ int bench_command(const std::vector<std::string>& args) {
 
   OptionSet o("bench",
               "Sweeps a grid of BENCHMARKS.md (or --shapes) over backends, timing each case (1 warm-up, then the\n"
-              "median of --repeats calls) and checking a few output rows against the float64 oracle. Writes one\n"
-              "JSON object per line (bench/peers.py's field names, an \"env\" object first) and prints a markdown\n"
-              "table, also written beside the JSON as FILE.md. Progress goes to stderr.");
+              "median of --repeats calls; on a GPU, as peers.py times, ~50 ms of untimed calls and >= 200 ms of\n"
+              "timed ones, the count recorded as \"repeats\") and checking a few output rows against the float64\n"
+              "oracle. Writes one JSON object per line (bench/peers.py's field names, an \"env\" object first) and\n"
+              "prints a markdown table, also written beside the JSON as FILE.md. Progress goes to stderr.");
   o.add({"--grid", "-g", "NAME", "C (CPU) | A | L | G; A, L and G are GPU-sized and take hours on CPU cores [C]",
          [&](const std::string& v) { grid_name = v; }});
   o.add({"--shapes", "", "LIST", "instead of a grid: \"B,S,H,D[,Hkv];...\" (4k = 4096), recorded as grid \"custom\"",
@@ -400,7 +402,9 @@ int bench_command(const std::vector<std::string>& args) {
   o.add({"--dtype", "", "LIST", "fp32,fp16,bf16 (comma-separated) [grid C: fp32,bf16; others: bf16]",
          [&](const std::string& v) { dtypes_text = v; }});
   o.add({"--causal", "", "WHICH", "both | on | off [the grid's: both, G: on]", [&](const std::string& v) { causal_text = v; }});
-  o.add({"--repeats", "-r", "N", "timed calls per case after one warm-up; the median is recorded [5; 20 on a GPU]",
+  o.add({"--repeats", "-r", "N",
+         "timed calls per case after one warm-up; the median is recorded [5; 20 on a GPU];\n"
+         "                          on a GPU also >= 200 ms of them after ~50 ms untimed, as peers.py times",
          [&](const std::string& v) { repeats = parse_int("--repeats", v, 1, 1000000); }});
   o.add({"--threads", "-t", "N", "CPU threads; 0 = all cores (OMP_NUM_THREADS is honoured) [0]",
          [&](const std::string& v) { threads = static_cast<int32_t>(parse_int("--threads", v, 0, 4096)); }});
@@ -560,7 +564,7 @@ int bench_command(const std::vector<std::string>& args) {
             Backend bwd_backend = Backend::kAuto;
             Timing bwd;
             Status s = select_backward_backend(pl.sets[0].bwd, &bwd_backend);
-            if (s.ok()) s = time_calls(pl, backward_call, repeats_on(device), &bwd);
+            if (s.ok()) s = time_calls(pl, backward_call, repeats_on(device), &bwd, /*sustained=*/true);
             if (s.ok()) {
               r.bwd_ms = bwd.median_ms();
               r.bwd_tflops = 2.5 * headline_flops(c.problem) / r.bwd_ms / 1e9;

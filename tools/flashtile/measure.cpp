@@ -202,7 +202,8 @@ double Timing::median_ms() const {
 double Timing::min_ms() const { return ms.empty() ? first_ms : *std::min_element(ms.begin(), ms.end()); }
 double Timing::max_ms() const { return ms.empty() ? first_ms : *std::max_element(ms.begin(), ms.end()); }
 
-Status time_calls(const Placement& p, const std::function<Status(const InputSet&)>& call, int repeats, Timing* out) {
+Status time_calls(const Placement& p, const std::function<Status(const InputSet&)>& call, int repeats, Timing* out,
+                  bool sustained) {
   Timing t;
   if (p.on_device) {
     t.memory_note = "not measured on a CUDA device (the library's device allocations are its own)";
@@ -210,6 +211,16 @@ Status time_calls(const Placement& p, const std::function<Status(const InputSet&
     if (Status s = gpu::time_calls([&](int) { return call(p.sets[0]); }, 1, &warm_up); !s.ok()) return s;
     t.first_ms = warm_up[0];
     const auto timed = [&](int i) { return call(p.sets[(i + 1) % p.sets.size()]); };
+    if (sustained) {  // a call's time from three, then ~50 ms of untimed calls; the timed ones cover >= 200 ms
+      constexpr double kWarmUpMs = 50, kTimedMs = 200;
+      if (Status s = gpu::time_calls(timed, 3, &warm_up); !s.ok()) return s;
+      const double call_ms = std::max(*std::min_element(warm_up.begin(), warm_up.end()), 1e-3);
+      const auto calls_for = [&](double ms) {
+        return static_cast<int>(std::min<double>(kMaxSustainedCalls, std::ceil(ms / call_ms)));
+      };
+      if (Status s = gpu::time_calls(timed, calls_for(kWarmUpMs), &warm_up); !s.ok()) return s;
+      repeats = std::max(repeats, calls_for(kTimedMs));
+    }
     if (Status s = gpu::time_calls(timed, repeats, &t.ms); !s.ok()) return s;
     *out = std::move(t);
     return {};

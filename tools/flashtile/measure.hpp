@@ -71,8 +71,12 @@ constexpr int kDeviceRepeats = 20;
 // One warm-up call, then `repeats` timed ones, each on the placement's next input set. Host calls are timed
 // with steady_clock and their peak RSS is read around each call; device calls are timed with CUDA events
 // (gpu::time_calls). Stops at the first failing call.
+// sustained (device calls only): time them as peers.py's do_bench does (triton; BENCHMARKS.md), so that both
+// sides of a comparison run at the clocks of sustained work: about 50 ms of untimed calls first, then at least
+// `repeats` timed calls and at least 200 ms of them (at most kMaxSustainedCalls of each).
+constexpr int kMaxSustainedCalls = 2000;
 Status time_calls(const Placement& placement, const std::function<Status(const InputSet&)>& call, int repeats,
-                  Timing* out);
+                  Timing* out, bool sustained = false);
 
 // Makes peak-RSS readings honest for repeated calls; call once, before any large allocation. glibc serves
 // blocks below its mmap threshold (128 KiB, raised after the first large free) from heap pages that stay
