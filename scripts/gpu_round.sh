@@ -164,22 +164,22 @@ fi
 
 if want benchA; then
   echo "== flashtile bench --grid A (GPU, forward and backward)"
-  timeout 420 $bin bench --grid A --backends cuda-sm80,cuda-sm90 --dtype bf16,fp16 --backward --repeats 20 --verify-rows 4 \
+  timeout 540 $bin bench --grid A --backends cuda-sm80,cuda-sm90 --dtype bf16,fp16 --backward --repeats 20 --verify-rows 4 \
     --out "$out/flashtile-grid-A.jsonl" 2>/dev/null | tail -75 || status=1
 fi
 if want benchAfwd; then  # the forward alone, both GPU families, both dtypes (shorter than benchA)
   echo "== flashtile bench --grid A (GPU, forward)"
-  timeout 300 $bin bench --grid A --backends cuda-sm80,cuda-sm90 --dtype bf16,fp16 --repeats 10 --verify-rows 2 \
+  timeout 360 $bin bench --grid A --backends cuda-sm80,cuda-sm90 --dtype bf16,fp16 --repeats 10 --verify-rows 2 \
     --out "$out/flashtile-grid-A-fwd.jsonl" 2>/dev/null | tail -3 || status=1
 fi
 if want benchAbwd; then  # the backward's default mode alone (sm80 kernels), both dtypes
   echo "== flashtile bench --grid A --backward (GPU, sm80, bf16 and fp16)"
-  timeout 300 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --backward --repeats 10 --verify-rows 2 \
+  timeout 420 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --backward --repeats 10 --verify-rows 2 \
     --out "$out/flashtile-grid-A-bwd.jsonl" 2>/dev/null | tail -30 || status=1
 fi
 if want benchAdet; then  # the backward's deterministic mode on grid A, to set against benchA's default mode
   echo "== flashtile bench --grid A --backward --deterministic (GPU, bf16)"
-  timeout 300 $bin bench --grid A --backends cuda-sm80 --dtype bf16 --backward --deterministic --repeats 10 \
+  timeout 360 $bin bench --grid A --backends cuda-sm80 --dtype bf16 --backward --deterministic --repeats 10 \
     --verify-rows 2 --out "$out/flashtile-grid-A-deterministic.jsonl" 2>/dev/null | tail -40 || status=1
 fi
 if want peersA; then  # the peers alone on grid A (the `peers` stage below measures them too, beside flashtile)
