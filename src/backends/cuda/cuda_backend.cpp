@@ -170,9 +170,27 @@ Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKe
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
+// Whether TMA descriptors can describe q, k and v (sm90/fwd_launch.cuh): a descriptor's strides are unsigned and
+// below 2^40 bytes, while SPEC.md allows any stride (a negative one walks a sequence backwards).
+Status check_tma_strides(const ForwardParams& params) {
+  for (const Named& n : {Named{"q", &params.q}, Named{"k", &params.k}, Named{"v", &params.v}}) {
+    const Tensor& t = *n.tensor;
+    for (int d = 0; d < t.ndim - 1; ++d) {
+      const int64_t bytes = t.stride[d] * static_cast<int64_t>(dtype_size(t.dtype));
+      if (t.shape[d] > 1 && (t.stride[d] < 0 || bytes >= (int64_t{1} << 40)))
+        return unsupported("backend cuda-sm90: its TMA loads need strides from 0 to 2^40 bytes; " +
+                           std::string(n.name) + ".stride[" + std::to_string(d) + "] is " +
+                           std::to_string(t.stride[d]) + " elements (cuda-sm80 takes any stride)");
+    }
+  }
+  return {};
+}
+
 // The sm90 forward (wgmma, TMA): Hopper devices only, and only in builds with FLASHTILE_CUDA_SM90.
-Status select_sm90_forward(const Problem& p, const DeviceInfo& prop, FwdKernelInfo* kernel) {
+Status select_sm90_forward(const ForwardParams& params, const Problem& p, const DeviceInfo& prop,
+                           FwdKernelInfo* kernel) {
   if (Status s = check_cuda_problem(p, prop, "forward"); !s.ok()) return s;
+  if (Status s = check_tma_strides(params); !s.ok()) return s;
   if (prop.major != 9)
     return unsupported("backend cuda-sm90: the Hopper kernels need compute capability 9.0 (H100, H200); device " +
                        prop.name + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
@@ -186,10 +204,10 @@ Status select_sm90_forward(const Problem& p, const DeviceInfo& prop, FwdKernelIn
 
 // The kernel for a backend: cuda-sm90 and cuda-sm80 as asked; auto takes the sm90 kernel on a Hopper device when
 // the build has one for the call, the sm80 kernel otherwise.
-Status select_forward_for(Backend backend, const Problem& p, const DeviceInfo& prop, Backend* chosen,
-                          FwdKernelInfo* kernel) {
+Status select_forward_for(Backend backend, const ForwardParams& params, const Problem& p, const DeviceInfo& prop,
+                          Backend* chosen, FwdKernelInfo* kernel) {
   if (backend == Backend::kCudaSm90 || (backend == Backend::kAuto && prop.major == 9)) {
-    const Status s = select_sm90_forward(p, prop, kernel);
+    const Status s = select_sm90_forward(params, p, prop, kernel);
     if (s.ok() || backend == Backend::kCudaSm90) {
       *chosen = Backend::kCudaSm90;
       return s;
@@ -217,7 +235,7 @@ Status select_forward_kernel(const ForwardParams& params, const Problem& p, Back
   const DeviceInfo* prop = nullptr;
   if (Status s = check_device(tensors, params.q.device_index, &prop); !s.ok()) return s;
   if (Status s = check_alignment(tensors); !s.ok()) return s;
-  return select_forward_for(params.backend, p, *prop, chosen, kernel);
+  return select_forward_for(params.backend, params, p, *prop, chosen, kernel);
 }
 
 }  // namespace
@@ -280,7 +298,7 @@ Status forward(const ForwardParams& params, const Problem& p, Backend backend) {
   Backend chosen = backend;
   const DeviceInfo* prop = nullptr;
   if (Status s = device_info(params.q.device_index, &prop); !s.ok()) return s;
-  if (Status s = select_forward_for(backend, p, *prop, &chosen, &kernel); !s.ok()) return s;
+  if (Status s = select_forward_for(backend, params, p, *prop, &chosen, &kernel); !s.ok()) return s;
   if (p.batch == 0 || p.seqlen_q == 0) return {};
   DeviceGuard guard(params.q.device_index);
   const FwdKernelParams k = make_fwd_params(params, p, kernel.block_m);

@@ -6,10 +6,13 @@
 // Large shapes: sampled rows against the oracle (the whole tensor is still checked for unwritten elements).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "verify/device_mirror.hpp"
 #include "verify/verify.hpp"
 
 namespace flashtile {
@@ -144,6 +147,47 @@ TEST_P(CudaForward, LargeShapes) {
 // More than 65535 CTAs: (query blocks) x batch x heads = 1 x 70000 x 1.
 TEST_P(CudaForward, GridAbove65535Blocks) {
   expect_large_pass(make_problem({70000, 16, 16, 1, 1, 64}, DType::kBFloat16), 8000, GetParam());
+}
+
+// SPEC.md allows any stride: q read backwards along the sequence (a negative row stride) gives out's rows in
+// reverse under full attention. cuda-sm90's TMA descriptors cannot hold such a stride: it refuses the call and
+// names the reason, and auto then takes the sm80 kernel.
+TEST_P(CudaForward, NegativeStrides) {
+  const int64_t S = 200;
+  const Problem p = make_problem({2, S, 150, 2, 2, 64}, DType::kBFloat16);
+  verify::Case c = verify::Case::make(p, 9100, false);
+  verify::DeviceMirror mirror;
+  ForwardParams f = c.forward_params(GetParam());
+  f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
+  f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
+  ASSERT_TRUE(forward(f).ok());
+  std::string error;
+  ASSERT_TRUE(mirror.copy_back(&error)) << error;
+  const std::vector<double> ahead = c.out.to_doubles();
+
+  ForwardParams backwards = f;  // q's rows S - 1, S - 2, ..., 0
+  backwards.q.data = static_cast<char*>(f.q.data) + (S - 1) * f.q.stride[1] * static_cast<int64_t>(sizeof(uint16_t));
+  backwards.q.stride[1] = -f.q.stride[1];
+  Status s = forward(backwards);
+  if (GetParam() == Backend::kCudaSm90) {
+    EXPECT_EQ(s.code, StatusCode::kUnsupported) << s.message;
+    EXPECT_NE(s.message.find("TMA"), std::string::npos) << s.message;
+    backwards.backend = Backend::kAuto;
+    s = forward(backwards);
+  }
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_TRUE(mirror.copy_back(&error)) << error;
+  const std::vector<double> reversed = c.out.to_doubles();
+  const int64_t row = p.heads_q * p.head_dim;  // BSHD: one query row of every head
+  double worst = 0, scale = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t i = 0; i < S; ++i)
+      for (int64_t e = 0; e < row; ++e) {
+        const double x = reversed[(b * S + i) * row + e], y = ahead[(b * S + S - 1 - i) * row + e];
+        worst = std::max(worst, std::fabs(x - y));
+        scale = std::max(scale, std::fabs(y));
+      }
+  EXPECT_LE(worst, 0.01 * scale) << "out with q read backwards is not out reversed";
 }
 
 TEST_P(CudaForward, BadInputsWriteNothing) {
