@@ -170,15 +170,16 @@ Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKe
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
-// Whether TMA descriptors can describe q, k and v (sm90/fwd_launch.cuh): a descriptor's strides are unsigned and
-// below 2^40 bytes, while SPEC.md allows any stride (a negative one walks a sequence backwards).
+// Whether TMA descriptors can describe q, k and v (sm90/fwd_launch.cuh): a descriptor's strides are positive
+// and below 2^40 bytes, while SPEC.md allows any stride (a negative one walks a sequence backwards, a zero one
+// repeats a row).
 Status check_tma_strides(const ForwardParams& params) {
   for (const Named& n : {Named{"q", &params.q}, Named{"k", &params.k}, Named{"v", &params.v}}) {
     const Tensor& t = *n.tensor;
+    const int64_t max_stride = (int64_t{1} << 40) / static_cast<int64_t>(dtype_size(t.dtype));  // elements
     for (int d = 0; d < t.ndim - 1; ++d) {
-      const int64_t bytes = t.stride[d] * static_cast<int64_t>(dtype_size(t.dtype));
-      if (t.shape[d] > 1 && (t.stride[d] < 0 || bytes >= (int64_t{1} << 40)))
-        return unsupported("backend cuda-sm90: its TMA loads need strides from 0 to 2^40 bytes; " +
+      if (t.shape[d] > 1 && (t.stride[d] <= 0 || t.stride[d] >= max_stride))
+        return unsupported("backend cuda-sm90: its TMA loads need strides from 1 element to 2^40 bytes; " +
                            std::string(n.name) + ".stride[" + std::to_string(d) + "] is " +
                            std::to_string(t.stride[d]) + " elements (cuda-sm80 takes any stride)");
     }
@@ -190,10 +191,10 @@ Status check_tma_strides(const ForwardParams& params) {
 Status select_sm90_forward(const ForwardParams& params, const Problem& p, const DeviceInfo& prop,
                            FwdKernelInfo* kernel) {
   if (Status s = check_cuda_problem(p, prop, "forward"); !s.ok()) return s;
-  if (Status s = check_tma_strides(params); !s.ok()) return s;
   if (prop.major != 9)
     return unsupported("backend cuda-sm90: the Hopper kernels need compute capability 9.0 (H100, H200); device " +
                        prop.name + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
+  if (Status s = check_tma_strides(params); !s.ok()) return s;
   *kernel = sm90::find_fwd(p.dtype, static_cast<int>(p.head_dim));
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +

@@ -79,7 +79,6 @@ TEST_F(CudaBackward, RowsAndKeysNobodySees) {
   expect_pass(p, 13001);
 }
 
-// Deterministic mode (no atomics: S and dP recomputed per query block) over the same kinds of problems.
 // An odd number of query rows (batch x heads x seqlen_q) puts the dQ accumulator right after an odd count of D
 // floats unless the workspace pads it: its 8-byte reductions must stay aligned. Empty sequences: no query row
 // (dK = dV = 0) and no key (dQ = 0).
@@ -95,6 +94,7 @@ TEST_F(CudaBackward, OddRowCountsAndEmptySequences) {
   expect_pass(make_problem(2, 33, 0, 2, 2, 64, DType::kFloat16), seed++);
 }
 
+// Deterministic mode (no atomics: S and dP recomputed per query block) over the same kinds of problems.
 TEST_F(CudaBackward, DeterministicModeMatchesOracle) {
   uint64_t seed = 16000;
   for (int64_t d : {40, 128}) {
@@ -158,6 +158,10 @@ TEST_F(CudaBackward, CallerWorkspaceOfTheReportedSize) {
     b.workspace_size = bytes - sizeof(float);
     EXPECT_EQ(backward(b).code, StatusCode::kInvalidArgument) << "a workspace one float short";
     b.workspace_size = bytes;
+    void* const aligned = b.workspace;
+    b.workspace = static_cast<char*>(aligned) + sizeof(float);  // the size is right, the address 4 bytes off
+    EXPECT_EQ(backward(b).code, StatusCode::kInvalidArgument) << "a workspace not 16-byte aligned";
+    b.workspace = aligned;
     ASSERT_TRUE(backward(b).ok());
     ASSERT_TRUE(mirror.copy_back(&error)) << error;
     if (deterministic) {
