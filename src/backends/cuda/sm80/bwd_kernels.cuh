@@ -5,7 +5,7 @@
 //   1. bwd_delta_kernel: D = rowsum(dO * O) per query row (fp32), the term every dS needs;
 //   2. bwd_dkdv_kernel<kAccumulateDq = true>: one CTA of eight warps per (key block, batch, K/V head); loops
 //      over the group's query heads and the query blocks that see the keys:
-//        S = Q K^T, P = exp(S - LSE), dP = dO V^T, dS = P (dP - D) scale  (P and dS to shared memory),
+//        S = Q K^T, P = exp(S - LSE), dP = dO V^T, dS = P (dP - D) scale  (P and dS / scale to shared memory),
 //        dV += P^T dO, dK += dS^T Q, and dQ += dS K added into an fp32 accumulator with atomics
 //        (P is recomputed from the saved LSE, never stored in global memory);
 //   3. bwd_dq_convert_kernel: dQ = the accumulator, in the input dtype.
@@ -64,13 +64,15 @@ __global__ void bwd_delta_kernel(const BwdKernelParams p) {
 // 0 either way, and -inf - -inf would be NaN.
 __device__ __forceinline__ float lse_log2(float lse) { return lse == -INFINITY ? 0.0f : lse * 1.4426950408889634f; }
 
-// dS = P (dP - D) scale, times (1 - tanh^2) under a softcap. P = 0 (a hidden key) gives exactly 0, so a NaN
-// dP from a NaN stored at a hidden key stays out; a NaN P (NaN inputs the row sees) stays NaN.
-template <bool kSoftcap>
-__device__ __forceinline__ float grad_score(float prob, float dp, float delta, float capped, const FwdKernelParams& f,
-                                            float scale) {
-  if (prob == 0.0f) return 0.0f;
-  float ds = prob * (dp - delta) * scale;
+// dS / scale = P (dP - D), times (1 - tanh^2) under a softcap; the softmax scale is applied once to what dS
+// sums into (dK at the end of the dK/dV kernel, dQ at its conversion or the end of the dQ kernel), not to
+// every element. kMasked: P = 0 at a hidden key gives exactly 0, so a NaN dP from a NaN stored at a hidden key
+// stays out. On a tile with no hidden key a P of 0 is an underflow, and a NaN dP there comes from a NaN the row
+// sees, which has made the row's D (and so its every other dS) NaN already: the test is left out.
+template <bool kSoftcap, bool kMasked>
+__device__ __forceinline__ float grad_score(float prob, float dp, float delta, float capped, const FwdKernelParams& f) {
+  if (kMasked && prob == 0.0f) return 0.0f;
+  float ds = prob * (dp - delta);
   if (kSoftcap) {
     const float th = capped / f.softcap;
     ds *= 1.0f - th * th;
@@ -78,7 +80,8 @@ __device__ __forceinline__ float grad_score(float prob, float dp, float delta, f
   return ds;
 }
 
-// dQ = the fp32 accumulator in the input dtype (default mode), one warp per query row.
+// dQ = the fp32 accumulator (sums of dS / scale times K) times the scale, in the input dtype (default mode), one
+// warp per query row.
 template <typename T>
 __global__ void bwd_dq_convert_kernel(const BwdKernelParams p) {
   const FwdKernelParams& f = p.fwd;
@@ -87,7 +90,7 @@ __global__ void bwd_dq_convert_kernel(const BwdKernelParams p) {
   const float* src = p.dq_accum + r.index * f.head_dim;
   T* dst = static_cast<T*>(p.dq) + r.b * p.dq_stride[0] + r.i * p.dq_stride[1] + r.h * p.dq_stride[2];
   for (int c = 2 * (threadIdx.x % 32); c < f.head_dim; c += 64)
-    *reinterpret_cast<uint32_t*>(dst + c) = pack2<T>(src[c], src[c + 1]);
+    *reinterpret_cast<uint32_t*>(dst + c) = pack2<T>(src[c] * p.scale, src[c + 1] * p.scale);
 }
 
 // The step loop of both main kernels. A CTA keeps two tiles (K and V, or Q and dO) and walks steps that each
@@ -238,7 +241,8 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
             }
             const float prob = exp2_approx(fmaf(x, f.scale_log2, -lse2[i][e / 2]));
             acc_s[i][j][e] = prob;
-            acc_dp[i][j][e] = grad_score<kSoftcap>(prob, acc_dp[i][j][e], delta[i][e / 2], x, f, p.scale);
+            acc_dp[i][j][e] =
+                grad_score<kSoftcap, decltype(masked)::value>(prob, acc_dp[i][j][e], delta[i][e / 2], x, f);
           }
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {
@@ -303,7 +307,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
         const int col = kv_col + j * 8 + 2 * t;
         if (col >= f.head_dim) continue;
         *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
-            pack2<T>(acc_dk[i][j][2 * hr], acc_dk[i][j][2 * hr + 1]);
+            pack2<T>(acc_dk[i][j][2 * hr] * p.scale, acc_dk[i][j][2 * hr + 1] * p.scale);
         *reinterpret_cast<uint32_t*>(dv_head + key * p.dv_stride[1] + col) =
             pack2<T>(acc_dv[i][j][2 * hr], acc_dv[i][j][2 * hr + 1]);
       }
@@ -382,7 +386,8 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKerne
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           acc_s[0][n][e] =
-              grad_score<kSoftcap>(acc_s[0][n][e], acc_dp[0][n][e], delta[e / 2], capped[0][n][e], f, p.scale);
+              grad_score<kSoftcap, decltype(masked)::value>(acc_s[0][n][e], acc_dp[0][n][e], delta[e / 2],
+                                                            capped[0][n][e], f);
       tile_accumulate_pv<Traits, T, Traits::kOutCols>(acc_s, bK + col0, acc_dq);  // dQ += dS K
     };
     if (tile_fully_visible<Traits>(f, row0, key0, row_last))
@@ -402,7 +407,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKerne
       const int col = col0 + d * 8 + 2 * t;
       if (col < f.head_dim)
         *reinterpret_cast<uint32_t*>(dq_head + row * p.dq_stride[1] + col) =
-            pack2<T>(acc_dq[0][d][2 * hr], acc_dq[0][d][2 * hr + 1]);
+            pack2<T>(acc_dq[0][d][2 * hr] * p.scale, acc_dq[0][d][2 * hr + 1] * p.scale);
     }
   }
 }
