@@ -170,16 +170,17 @@ Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKe
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
-// Whether TMA descriptors can describe q, k and v (sm90/fwd_launch.cuh): a descriptor's strides are positive
+// Whether TMA descriptors can describe q, k, v and out (sm90/fwd_launch.cuh): a descriptor's strides are positive
 // and below 2^40 bytes, while SPEC.md allows any stride (a negative one walks a sequence backwards, a zero one
 // repeats a row).
 Status check_tma_strides(const ForwardParams& params) {
-  for (const Named& n : {Named{"q", &params.q}, Named{"k", &params.k}, Named{"v", &params.v}}) {
+  for (const Named& n : {Named{"q", &params.q}, Named{"k", &params.k}, Named{"v", &params.v},
+                         Named{"out", &params.out}}) {
     const Tensor& t = *n.tensor;
     const int64_t max_stride = (int64_t{1} << 40) / static_cast<int64_t>(dtype_size(t.dtype));  // elements
     for (int d = 0; d < t.ndim - 1; ++d) {
       if (t.shape[d] > 1 && (t.stride[d] <= 0 || t.stride[d] >= max_stride))
-        return unsupported("backend cuda-sm90: its TMA loads need strides from 1 element to 2^40 bytes; " +
+        return unsupported("backend cuda-sm90: its TMA copies need strides from 1 element to 2^40 bytes; " +
                            std::string(n.name) + ".stride[" + std::to_string(d) + "] is " +
                            std::to_string(t.stride[d]) + " elements (cuda-sm80 takes any stride)");
     }

@@ -14,7 +14,9 @@
 //     issued before the previous tile's P V, so its softmax runs while the tensor cores work (kOverlap; the
 //     harness also measures kPingPong, the two warpgroups taking turns at issuing their products);
 //   - masks (causal, sliding window, the sequence end) only on tiles that need them; softcap before the mask;
-//     tiles the mask hides entirely are never loaded.
+//     tiles the mask hides entirely are never loaded;
+//   - the epilogue writes O into the tile's Q buffer and stores it by TMA, so the consumers start the next tile
+//     while the writes land.
 // Shared memory (T = bf16 or fp16), rows of the head dim swizzled (128-byte swizzle, 64-byte for D = 96):
 //   sQ [kQStages] (128 x kHeadDim), sK [kStages] (kBlockN x kHeadDim), sV [kStages] (kBlockN x kHeadDim, read transposed
 //   as kHeadDim x kBlockN: MN-major for P V's B operand)
@@ -83,7 +85,16 @@ struct FwdTraits {
                                    make_stride(stride[1], _1{}, stride[2], stride[0])));
   }
   using GmemTensor = decltype(gmem_tensor(nullptr, 1, 1, 1, 1, nullptr));
+  // o likewise, writable: the TMA store of the epilogue, from a Q buffer (same shape and layout).
+  static auto gmem_tensor_out(void* ptr, int seqlen, int head_dim, int heads, int batch, const int64_t* stride) {
+    using namespace cute;
+    return cute::make_tensor(make_gmem_ptr(static_cast<T*>(ptr)),
+                             make_layout(make_shape(seqlen, head_dim, heads, batch),
+                                         make_stride(stride[1], _1{}, stride[2], stride[0])));
+  }
+  using GmemTensorOut = decltype(gmem_tensor_out(nullptr, 1, 1, 1, 1, nullptr));
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemTensor>(), SmemLayoutQ{}));
+  using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, std::declval<GmemTensorOut>(), SmemLayoutQ{}));
   using TmaKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemTensor>(),
                                              cute::take<0, 2>(SmemLayoutKV{})));
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
@@ -103,6 +114,7 @@ struct FwdTraits {
   struct Params {
     TmaQ tma_q;
     TmaKV tma_k, tma_v;
+    TmaO tma_o;
     FwdKernelParams f;
     bool heavy_first;  // tiles numbered query block first, heaviest first (CtaBlock::make)
   };
@@ -265,11 +277,8 @@ struct Consumer {
     for (int i = 0; i < cute::size(tSrS); ++i) rP(i) = T(tSrS(i));
   }
 
-  // O / l to global memory and the LSE; rows that saw no key get O = 0 and LSE = -inf.
-  __device__ void store(const FwdKernelParams& f, int b, int h) {
-    using namespace cute;
-    auto tOcO = thr_pv.partition_C(make_identity_tensor(Shape<_64, Int<kHeadDim>>{}));
-    float inv[2], lse[2];
+  // The rows' 1 / l and LSE; rows that saw no key get 1 / l = 0 (so O = 0) and LSE = -inf.
+  __device__ void finish_rows(const FwdKernelParams& f, float (&inv)[2], float (&lse)[2]) const {
     CUTE_UNROLL
     for (int hr = 0; hr < 2; ++hr) {
       const float l = quad_sum(row_sum[hr]);
@@ -277,18 +286,30 @@ struct Consumer {
       inv[hr] = seen ? 1.0f / l : 0.0f;
       lse[hr] = seen ? (row_max[hr] * f.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
     }
-    T* o_head = static_cast<T*>(f.o) + b * f.o_stride[0] + h * f.o_stride[2];
+  }
+
+  // The epilogue's first half: O / l into this warpgroup's 64 rows of sO (the tile's Q buffer, which no product
+  // reads any more), in T, for the TMA store (fwd_kernel); the LSE to global memory.
+  template <class SmemO>
+  __device__ void stage_o(const SmemO& sO, const FwdKernelParams& f, int b, int h) {
+    using namespace cute;
+    float inv[2], lse[2];
+    finish_rows(f, inv, lse);
+    auto tOsO = thr_pv.partition_C(sO);  // the accumulator's partition, so element i is tOrO(i)'s place
+    CUTE_UNROLL
+    for (int i = 0; i < size(tOrO); i += 2) {  // i and i + 1: adjacent columns, adjacent in the swizzled tile
+      alignas(4) const T pair[2] = {T(tOrO(i) * inv[(i / 2) % 2]), T(tOrO(i + 1) * inv[(i / 2) % 2])};
+      // st.shared rather than a generic store through the element's address (which compiled to ST.E)
+      const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(&tOsO(i)));
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(*reinterpret_cast<const uint32_t*>(pair)));
+    }
+    if (f.lse == nullptr) return;
+    auto tOcO = thr_pv.partition_C(make_identity_tensor(Shape<_64, Int<kHeadDim>>{}));
     CUTE_UNROLL
     for (int i = 0; i < size(tOrO); i += 2) {
-      const int row = first_row + get<0>(tOcO(i)), col = get<1>(tOcO(i)), hr = (i / 2) % 2;
-      if (row >= f.seqlen_q) continue;
-      T* dst = o_head + row * f.o_stride[1] + col;
-      if (col < f.head_dim) {  // columns col, col + 1 in one 4-byte store (head dims are multiples of 8)
-        alignas(4) const T pair[2] = {T(tOrO(i) * inv[hr]), T(tOrO(i + 1) * inv[hr])};
-        *reinterpret_cast<uint32_t*>(dst) = *reinterpret_cast<const uint32_t*>(pair);
-      }
-      if (f.lse != nullptr && col == 0)  // the quad's first thread writes its rows' LSE
-        f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] = lse[hr];
+      const int row = first_row + get<0>(tOcO(i));
+      if (row < f.seqlen_q && get<1>(tOcO(i)) == 0)  // the quad's first thread writes its rows' LSE
+        f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] = lse[(i / 2) % 2];
     }
   }
 };
@@ -329,6 +350,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
     prefetch_tma_descriptor(p.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(p.tma_v.get_tma_descriptor());
+    prefetch_tma_descriptor(p.tma_o.get_tma_descriptor());
     for (int i = 0; i < Traits::kQStages; ++i) {
       cutlass::arch::ClusterTransactionBarrier::init(&smem.q_full[i], 1);
       cutlass::arch::ClusterBarrier::init(&smem.q_empty[i], Traits::kConsumers * 128);
@@ -392,6 +414,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   // __syncthreads), which completes once the other warpgroup has arrived there, i.e. has issued its products;
   // after issuing it arrives at the other's. Warpgroup 1 arrives once up front, so warpgroup 0 goes first. Both
   // issue the same number of times per tile (the same K/V tiles), so the turns stay paired.
+  constexpr int kEpilogueBarrier = 3;  // a named barrier of the consumer threads (ping-pong takes 1 and 2)
   constexpr bool kTakeTurns = kSchedule == Schedule::kPingPong;
   constexpr int kTurnThreads = 2 * 128;
   auto my_turn = [&] {
@@ -458,11 +481,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       }
       accumulate_now();
     }
-    cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[qs]);  // no product of this tile reads this Q any more
-    // The batch and head again from the tile number rather than kept live through the loop: at D = 256 the
-    // registers are that tight.
-    const int bh = CtaBlock::bh_of(f, tile, p.heavy_first);
-    c.store(f, bh / f.heads_q, bh % f.heads_q);
+    // The epilogue: both warpgroups write O into the tile's Q buffer, then one thread stores the tile by TMA
+    // (rows past the sequence end and columns past the head dim are clipped by the descriptor) and waits only
+    // until the buffer has been read, and the consumers go on to the next tile while the writes land. The Q
+    // buffer is released (q_empty) once that read is done: the barrier completes on the storing thread's
+    // arrival, the last. The batch and head again from the tile number rather than kept live through the
+    // loop: at D = 256 the registers are that tight.
+    const int bh = CtaBlock::bh_of(f, tile, p.heavy_first), b = bh / f.heads_q, h = bh % f.heads_q;
+    c.stage_o(sQ_wg, f, b, h);
+    cutlass::arch::fence_view_async_shared();  // the generic-proxy writes above, visible to the TMA unit
+    asm volatile("bar.sync %0, %1;\n" ::"n"(kEpilogueBarrier), "n"(Traits::kConsumers * 128));
+    if (threadIdx.x == 128) {
+      auto mO = p.tma_o.get_tma_tensor(make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch));
+      auto gO = local_tile(mO(_, _, h, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(blk.row0 / kBlockM, 0));
+      auto [tOg, tOs] =
+          tma_partition(p.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ(_, _, qs)), group_modes<0, 2>(gO));
+      copy(p.tma_o, tOs, tOg);
+      tma_store_arrive();
+      tma_store_wait<0>();  // the buffer has been read; the global writes may still be in flight
+    }
+    cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[qs]);
   });
 #endif
 }

@@ -1,4 +1,4 @@
-// Launches the sm90 forward for one (dtype, head dim) instantiation: builds the TMA descriptors of q, k and v
+// Launches the sm90 forward for one (dtype, head dim) instantiation: builds the TMA descriptors of q, k, v and o
 // from the call's shapes and strides, then the kernel. Included only by the generated translation units
 // (cmake/cuda_instantiations.cmake), so each kernel compiles once.
 #pragma once
@@ -28,8 +28,9 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   using Element = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, cutlass::bfloat16_t, cutlass::half_t>;
   using Traits = FwdTraits<Element, kHeadDim>;
   const int heads_kv = f.heads_q / f.group;
-  int64_t q_stride[3], k_stride[3], v_stride[3];
+  int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
   tma_safe_strides(f.q_stride, f.batch, f.seqlen_q, f.heads_q, q_stride);
+  tma_safe_strides(f.o_stride, f.batch, f.seqlen_q, f.heads_q, o_stride);
   tma_safe_strides(f.k_stride, f.batch, f.seqlen_k, heads_kv, k_stride);
   tma_safe_strides(f.v_stride, f.batch, f.seqlen_k, heads_kv, v_stride);
   // With no keys (O = 0, LSE = -inf) the kernel loads no K/V tile, but a descriptor must still be valid: an
@@ -53,6 +54,9 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
                           Traits::gmem_tensor(k_data, kv_rows, f.head_dim, heads_kv, f.batch, k_stride), kv_layout),
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                           Traits::gmem_tensor(v_data, kv_rows, f.head_dim, heads_kv, f.batch, v_stride), kv_layout),
+      cute::make_tma_copy(cute::SM90_TMA_STORE{},
+                          Traits::gmem_tensor_out(f.o, f.seqlen_q, f.head_dim, f.heads_q, f.batch, o_stride),
+                          typename Traits::SmemLayoutQ{}),
       f, !uniform_work};
   auto kernel = f.softcap > 0 ? fwd_kernel<Traits, true, kSchedule> : fwd_kernel<Traits, false, kSchedule>;
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
