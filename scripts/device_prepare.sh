@@ -7,7 +7,8 @@
 #                  gpu_round.sh unpacks it), peers.py from ../shared/bench, libgomp, and a flashtile wheel with
 #                  the CUDA kernels and OpenBLAS inside, for `pip install` there (gpu_round.sh install)
 # Then call the device tool with carry [build-device/tools/flashtile, build-device/cuda_forward_test,
-# build-device/cuda_backward_test, build-device/sm80_fwd_tiles, build-device/sm90_fwd_wgmma, .device] and run
+# build-device/cuda_backward_test, build-device/sm80_fwd_tiles, build-device/sm90_fwd_wgmma,
+# build-device/sm90_bwd_wgmma, .device] and run
 # scripts/gpu_round.sh.
 # WHEEL=0 skips the wheel (its own incremental build in build-wheel/). SM90=OFF leaves the sm90 forward out (auto
 # then runs the sm80 kernel on the H200).
@@ -30,6 +31,8 @@ nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/
   -o build-device/sm80_fwd_tiles
 nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude -isystem "$cutlass" \
   bench/kernels/sm90_fwd_wgmma.cu -o build-device/sm90_fwd_wgmma
+nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude -isystem "$cutlass" \
+  bench/kernels/sm90_bwd_wgmma.cu -o build-device/sm90_bwd_wgmma
 mkdir -p .device/lib
 xz -T2 -6 -c build-device/libflashtile.so.0.1.0 > .device/libflashtile.so.0.1.0.xz
 cp ../shared/bench/peers.py .device/peers.py

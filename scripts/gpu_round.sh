@@ -9,7 +9,8 @@
 #      backward alone (sm80, default mode), benchAdet: the backward's deterministic mode; peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   smallsmem: the backward as an A100 (163 KB) and a 99 KB GPU would run it (FLASHTILE_CUDA_SMEM_LIMIT);
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
-#   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper harness);
+#   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper harness); bwdwgmma: bench/kernels/sm90_bwd_wgmma (step 0 of
+#     the Hopper backward);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
@@ -51,6 +52,11 @@ fi
 if want wgmma; then  # the Hopper harness: wgmma products checked against the sm80 kernel, both timed
   echo "== sm90 wgmma harness"
   timeout 120 build-device/sm90_fwd_wgmma 2>&1 | tee "$out/sm90-wgmma.txt"
+fi
+
+if want bwdwgmma; then  # the Hopper backward harness, step 0: wgmma products checked against the sm80 backward
+  echo "== sm90 backward wgmma harness"
+  timeout 120 build-device/sm90_bwd_wgmma 2>&1 | tee "$out/sm90-bwd-wgmma.txt"
 fi
 
 if want tiles; then
