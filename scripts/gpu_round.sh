@@ -16,9 +16,12 @@
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
 #   profilebwd: the same for the backward (flashtile's dK/dV kernel in the default mode, FA2's main kernel;
 #     PROFILE_B, PROFILE_S, PROFILE_D pick the problem, H = 2048 / D as in grid A);
+#   clocks: one forward's speed in a 10-call burst and sustained for 2 s, with the SM clock and board power
+#     (flashtile sm80 and sm90, FA2, cuDNN; CLOCK_B, CLOCK_S, CLOCK_D pick the problem; bench/clock_probe.py);
 #   overhead: the Python layers' per-call cost at B=1, S=128 beside the C++ call (bench/python_overhead.py);
 #   peers: peers.py with flashtile as its candidate (impl name PEERS_NAME, default flashtile-sm80: set
-#     flashtile-sm90 when the build's auto forward is the sm90 kernel) (forward and backward through autograd, grids A, L, G).
+#     flashtile-sm90 when the build's auto forward is the sm90 kernel, or FLASHTILE_CUDA_FORWARD=sm80 to keep the
+#     sm80 one) (forward and backward through autograd, grids PEERS_GRIDS, default A,L,G).
 # Results land in $OUT (the device tool brings them back); copy them to bench/results/ with the date.
 # Prepared by scripts/device_prepare.sh; stages can be chosen: scripts/gpu_round.sh tests sanitize run benchC
 set -uo pipefail
@@ -199,10 +202,17 @@ if want overhead; then  # the Python layers' per-call cost on a small problem, a
     python3 bench/python_overhead.py 2>&1 | tee "$out/overhead.jsonl"
   $bin run -b 1 -s 128 --heads 16 -r 200 --verify-rows 2 2>&1 | grep -iE "ms|backend" | tee -a "$out/overhead-cpp.txt"
 fi
+if want clocks; then  # burst vs sustained speed of one forward, with the SM clock and power (bench/clock_probe.py)
+  echo "== clock probe: B=${CLOCK_B:-4} S=${CLOCK_S:-4096} D=${CLOCK_D:-256} bf16 full"
+  FLASHTILE_LIBRARY=$PWD/build-device/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python timeout 120 python3 \
+    bench/clock_probe.py --batch "${CLOCK_B:-4}" --seqlen "${CLOCK_S:-4096}" --head-dim "${CLOCK_D:-256}" \
+    --out "$out/clocks.jsonl" 2>&1 | tail -8 || status=1
+fi
+
 if want peers; then  # flashtile through its Python API as peers.py's candidate: forward and backward, one table
-  echo "== peers.py --grids A,L,G --candidate flashtile:flash_attn_func"
+  echo "== peers.py --grids ${PEERS_GRIDS:-A,L,G} --candidate flashtile:flash_attn_func"
   FLASHTILE_LIBRARY=$PWD/build-device/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout 540 \
-    python3 .device/peers.py --grids A,L,G --candidate flashtile:flash_attn_func --name "${PEERS_NAME:-flashtile-sm80}" \
+    python3 .device/peers.py --grids "${PEERS_GRIDS:-A,L,G}" --candidate flashtile:flash_attn_func --name "${PEERS_NAME:-flashtile-sm80}" \
     --out "$out/peersCandidate" > /dev/null 2>&1 || status=1
   grep -c "${PEERS_NAME:-flashtile-sm80}" "$out/peersCandidate/peers.jsonl"
 fi

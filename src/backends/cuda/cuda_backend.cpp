@@ -204,11 +204,32 @@ Status select_sm90_forward(const ForwardParams& params, const Problem& p, const 
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
+// FLASHTILE_CUDA_FORWARD=sm80 makes auto take the sm80 forward on a Hopper GPU too: to compare the two kernels
+// through an API that has no backend argument (flash_attn_func), or to rule the sm90 kernel out when chasing a
+// problem. Unset, empty or sm90: auto's own choice. Any other value is refused on every GPU, naming the variable,
+// rather than ignored.
+Status auto_may_take_sm90(bool* may) {
+  const char* env = std::getenv("FLASHTILE_CUDA_FORWARD");
+  const std::string value = env == nullptr ? "" : env;
+  if (value.empty() || value == "sm90") {
+    *may = true;
+  } else if (value == "sm80") {
+    *may = false;
+  } else {
+    return invalid_argument("FLASHTILE_CUDA_FORWARD=" + value +
+                            ": expected sm80 or sm90 (or unset), the kernel family auto takes on a Hopper GPU");
+  }
+  return {};
+}
+
 // The kernel for a backend: cuda-sm90 and cuda-sm80 as asked; auto takes the sm90 kernel on a Hopper device when
-// the build has one for the call, the sm80 kernel otherwise.
+// the build has one for the call (and FLASHTILE_CUDA_FORWARD allows it), the sm80 kernel otherwise.
 Status select_forward_for(Backend backend, const ForwardParams& params, const Problem& p, const DeviceInfo& prop,
                           Backend* chosen, FwdKernelInfo* kernel) {
-  if (backend == Backend::kCudaSm90 || (backend == Backend::kAuto && prop.major == 9)) {
+  bool auto_sm90 = false;
+  if (backend == Backend::kAuto)
+    if (Status s = auto_may_take_sm90(&auto_sm90); !s.ok()) return s;
+  if (backend == Backend::kCudaSm90 || (auto_sm90 && prop.major == 9)) {
     const Status s = select_sm90_forward(params, p, prop, kernel);
     if (s.ok() || backend == Backend::kCudaSm90) {
       *chosen = Backend::kCudaSm90;

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -188,6 +189,47 @@ TEST_P(CudaForward, NegativeStrides) {
         scale = std::max(scale, std::fabs(y));
       }
   EXPECT_LE(worst, 0.01 * scale) << "out with q read backwards is not out reversed";
+}
+
+// Sets an environment variable for one scope and puts back what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    set(value);
+  }
+  ~ScopedEnv() { had_ ? set(old_.c_str()) : set(nullptr); }
+  void set(const char* value) { value ? setenv(name_, value, 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+// FLASHTILE_CUDA_FORWARD chooses auto's kernel family: sm80 on every GPU, sm90 on a Hopper GPU with the sm90
+// kernels built (SetUp skips that instance elsewhere). The forward auto then runs is checked against the oracle,
+// and any other value is refused with the variable's name.
+TEST_P(CudaForward, AutoFollowsFlashtileCudaForward) {
+  ScopedEnv env("FLASHTILE_CUDA_FORWARD", GetParam() == Backend::kCudaSm90 ? "sm90" : "sm80");
+  const Problem p = make_problem({2, 100, 130, 4, 2, 64}, DType::kBFloat16);
+  verify::Case c = verify::Case::make(p, 9200, false);
+  verify::DeviceMirror mirror;
+  ForwardParams f = c.forward_params(Backend::kAuto);
+  f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
+  f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
+  Backend chosen = Backend::kAuto;
+  const Status s = select_forward_backend(f, &chosen);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(chosen, GetParam());
+  expect_pass(p, 9200, Backend::kAuto);
+
+  env.set("sm75");
+  const Status refused = select_forward_backend(f, &chosen);
+  EXPECT_EQ(refused.code, StatusCode::kInvalidArgument) << refused.message;
+  EXPECT_NE(refused.message.find("FLASHTILE_CUDA_FORWARD"), std::string::npos) << refused.message;
+  f.backend = GetParam();  // an explicit family does not read the variable
+  EXPECT_TRUE(select_forward_backend(f, &chosen).ok());
 }
 
 TEST_P(CudaForward, BadInputsWriteNothing) {
