@@ -6,6 +6,7 @@
 #   .device/       what else travels: libflashtile.so xz-compressed (52 MB -> ~7 MB: the carry limit is 64 MiB;
 #                  gpu_round.sh unpacks it), peers.py from ../shared/bench, libgomp, and a flashtile wheel with
 #                  the CUDA kernels and OpenBLAS inside, for `pip install` there (gpu_round.sh install)
+#                  (WHEEL=1 only); candidate libraries for an A/B go to .device/cand-<name>/ (scripts/candidate_lib.sh)
 # Then call the device tool with carry [build-device/tools/flashtile, build-device/cuda_forward_test,
 # build-device/cuda_backward_test, build-device/sm80_fwd_tiles, build-device/sm90_fwd_wgmma,
 # build-device/sm90_bwd_wgmma, .device] and run
@@ -14,13 +15,11 @@
 # then runs the sm80 kernel on the H200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# CuTe for the sm90 kernels and the Hopper harness: the pinned CUTLASS headers from PyPI, unpacked into .deps/
-# (ignored by git), shared by every build here (pip's isolated wheel build cannot fetch them itself).
-cutlass=$PWD/.deps/cutlass_library/source/include
-[ -d "$cutlass/cute" ] || python3 -m pip install -q --target .deps --no-deps nvidia-cutlass==4.2.0.0
-scripts/setup.sh build-device -DFLASHTILE_STATIC_BLAS=ON -DFLASHTILE_ENABLE_CUDA=ON -DFLASHTILE_CUDA_BACKWARD=ON \
-  -DFLASHTILE_CUDA_SM90=${SM90:-ON} -DFLASHTILE_CUTLASS_DIR="$cutlass" -DFLASHTILE_CUDA_ARCHS=90a \
-  -DFLASHTILE_BUILD_TESTS=OFF -DBUILD_SHARED_LIBS=ON "$@"
+# The options (scripts/device_options.sh) also fetch CuTe for the sm90 kernels and the Hopper harnesses: the pinned
+# CUTLASS headers from PyPI, unpacked into .deps/ (ignored by git), shared by every build here (pip's isolated
+# wheel build cannot fetch them itself); $cutlass is their include directory.
+source scripts/device_options.sh
+scripts/setup.sh build-device "${device_cmake_args[@]}" "$@"
 # The GPU test binaries (tests/backends/cuda), linked against the library above.
 for t in forward backward; do
   g++ -std=c++20 -O2 -fopenmp "tests/backends/cuda/${t}_test.cpp" -Isrc -Iinclude build-device/libflashtile_verify.a \
@@ -37,8 +36,8 @@ mkdir -p .device/lib
 xz -T2 -6 -c build-device/libflashtile.so.0.1.0 > .device/libflashtile.so.0.1.0.xz
 cp ../shared/bench/peers.py .device/peers.py
 cp "$(g++ -print-file-name=libgomp.so.1)" .device/lib/
+rm -f .device/flashtile-*.whl  # a wheel of an earlier build must not travel (and it is 20 MB of the 64 MiB carry)
 if [ "${WHEEL:-1}" = 1 ]; then  # py3-none wheel (ctypes): built with 3.11 here, installs on the GPU machine's 3.12
-  rm -f .device/flashtile-*.whl
   python3 -m pip wheel -q --no-deps -w .device . -Ccmake.define.FLASHTILE_ENABLE_CUDA=ON \
     -Ccmake.define.FLASHTILE_CUDA_ARCHS=90a -Ccmake.define.FLASHTILE_STATIC_BLAS=ON \
     -Ccmake.define.FLASHTILE_CUDA_SM90=${SM90:-ON} -Ccmake.define.FLASHTILE_CUTLASS_DIR="$cutlass" \

@@ -16,6 +16,9 @@
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
 #   profilebwd: the same for the backward (flashtile's dK/dV kernel in the default mode, FA2's main kernel;
 #     PROFILE_B, PROFILE_S, PROFILE_D pick the problem, H = 2048 / D as in grid A);
+#   ab: this tree's library, then each candidate library of .device/cand-*/ (scripts/candidate_lib.sh <ref> <name>),
+#     through the same tool: `flashtile bench $AB_ARGS` (default grid A bf16 forward and backward, sm80) into
+#     ab-<name>.jsonl, bench/ab_table.py's summary; AB_TESTS=1 also runs the GPU tests against each library;
 #   clocks: one forward's speed in a 10-call burst and sustained for 2 s, with the SM clock and board power
 #     (flashtile sm80 and sm90, FA2, cuDNN; CLOCK_B, CLOCK_S, CLOCK_D pick the problem; bench/clock_probe.py);
 #   overhead: the Python layers' per-call cost at B=1, S=128 beside the C++ call (bench/python_overhead.py);
@@ -202,6 +205,38 @@ if want overhead; then  # the Python layers' per-call cost on a small problem, a
     python3 bench/python_overhead.py 2>&1 | tee "$out/overhead.jsonl"
   $bin run -b 1 -s 128 --heads 16 -r 200 --verify-rows 2 2>&1 | grep -iE "ms|backend" | tee -a "$out/overhead-cpp.txt"
 fi
+if want ab; then  # same-call A/B: this tree's library, then each candidate's (scripts/candidate_lib.sh), same binaries
+  ab_args=${AB_ARGS:---grid A --backends cuda-sm80 --dtype bf16 --backward --repeats 10 --verify-rows 2}
+  libs=("base:$PWD/build-device")
+  for xz in .device/cand-*/libflashtile.so.0.1.0.xz; do
+    [ -f "$xz" ] || continue
+    name=$(basename "$(dirname "$xz")") && name=${name#cand-}
+    dir=/tmp/flashtile-cand-$name && mkdir -p "$dir"
+    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+      "$xz" "$dir/libflashtile.so.0.1.0"
+    ln -sf libflashtile.so.0.1.0 "$dir/libflashtile.so.0"
+    libs+=("$name:$dir")
+  done
+  for entry in "${libs[@]}"; do
+    name=${entry%%:*} dir=${entry#*:}
+    echo "== A/B $name ($(cat ".device/cand-$name/commit.txt" 2>/dev/null || git log --oneline -1)): bench $ab_args"
+    if [ "${AB_TESTS:-0}" = 1 ]; then
+      for t in forward backward; do
+        LD_LIBRARY_PATH=$dir:$PWD/.device/lib timeout 240 "build-device/cuda_${t}_test" --gtest_brief=1 2>&1 |
+          tail -2 | tee -a "$out/ab-tests.txt" || status=1
+      done
+    fi
+    # shellcheck disable=SC2086  # ab_args is a list of options
+    LD_LIBRARY_PATH=$dir:$PWD/.device/lib timeout 400 $bin bench $ab_args -o "/tmp/ab-$name.jsonl" 2>/dev/null |
+      tail -1 || status=1
+    cp "/tmp/ab-$name.jsonl" "$out/" || status=1
+  done
+  for entry in "${libs[@]:1}"; do
+    echo "== A/B ${entry%%:*} / base"
+    python3 bench/ab_table.py "$out/ab-base.jsonl" "$out/ab-${entry%%:*}.jsonl" | tail -3
+  done
+fi
+
 if want clocks; then  # burst vs sustained speed of one forward, with the SM clock and power (bench/clock_probe.py)
   echo "== clock probe: B=${CLOCK_B:-4} S=${CLOCK_S:-4096} D=${CLOCK_D:-256} bf16 full"
   FLASHTILE_LIBRARY=$PWD/build-device/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python timeout 120 python3 \

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# Builds another git ref's library (a branch under test) for a same-call A/B on the GPU machine:
+#   scripts/candidate_lib.sh <git ref> <name>
+# The ref is checked out in a worktree at .candidates/<name> (ignored by git) and its library built there with
+# this tree's GPU-machine options (scripts/device_options.sh), then xz-compressed to
+# .device/cand-<name>/libflashtile.so.0.1.0.xz, which travels with .device. On the GPU machine,
+# `scripts/gpu_round.sh ab` runs this tree's flashtile tool (and, with AB_TESTS=1, its GPU tests) against this
+# tree's library and then against each candidate's, through LD_LIBRARY_PATH. That needs the candidate to export
+# every library symbol those binaries use, which is checked here.
+# Run scripts/device_prepare.sh first: this tree's build is the baseline. Remove a candidate with
+#   git worktree remove .candidates/<name>; rm -r .device/cand-<name>
+set -euo pipefail
+cd "$(dirname "$0")/.."
+usage="usage: scripts/candidate_lib.sh <git ref> <name>"
+ref=${1:?$usage}
+name=${2:?$usage}
+if [[ ! $name =~ ^[A-Za-z0-9_-]+$ ]]; then
+  echo "candidate_lib: name '$name': use letters, digits, - and _" >&2
+  exit 2
+fi
+base_lib=build-device/libflashtile.so.0.1.0
+if [ ! -f "$base_lib" ]; then
+  echo "candidate_lib: $base_lib is missing: run scripts/device_prepare.sh first (the baseline)" >&2
+  exit 1
+fi
+git rev-parse --verify -q "$ref^{commit}" >/dev/null || { echo "candidate_lib: '$ref' is not a commit" >&2; exit 2; }
+
+wt=.candidates/$name
+if [ -d "$wt" ]; then
+  git -C "$wt" checkout -q --detach "$ref"
+else
+  mkdir -p .candidates
+  git worktree add -q --detach "$wt" "$ref"
+fi
+echo "candidate_lib: $name = $(git -C "$wt" log --oneline -1)"
+source scripts/device_options.sh
+cmake -S "$wt" -B "$wt/build-device" -DCMAKE_BUILD_TYPE=Release "${device_cmake_args[@]}" >/dev/null
+if ! cmake --build "$wt/build-device" -j "$(nproc)" --target flashtile > "$wt/build-device/build.log" 2>&1; then
+  grep -E -B2 -A6 "error" "$wt/build-device/build.log" | head -40 >&2
+  echo "candidate_lib: the build of $name failed (whole log: $wt/build-device/build.log)" >&2
+  exit 1
+fi
+lib=$wt/build-device/libflashtile.so.0.1.0
+
+# Every library symbol the baseline's tool and GPU tests import must be exported by the candidate too.
+exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)
+missing=0
+for binary in build-device/tools/flashtile build-device/cuda_forward_test build-device/cuda_backward_test; do
+  [ -f "$binary" ] || continue
+  needed=$(comm -12 <(nm -D --undefined-only "$binary" | awk '{print $2}' | sort -u) \
+                    <(nm -D --defined-only "$base_lib" | awk '{print $3}' | sort -u))
+  absent=$(comm -23 <(echo "$needed") <(echo "$exported"))
+  if [ -n "$absent" ]; then
+    echo "candidate_lib: $name lacks symbols $binary uses: $(echo "$absent" | head -3 | tr '\n' ' ')" >&2
+    missing=1
+  fi
+done
+[ "$missing" = 0 ] || exit 1
+mkdir -p ".device/cand-$name"
+xz -T"$(nproc)" -6 -c "$lib" > ".device/cand-$name/libflashtile.so.0.1.0.xz"
+git -C "$wt" log --oneline -1 > ".device/cand-$name/commit.txt"
+du -sh ".device/cand-$name"
