@@ -1,7 +1,7 @@
-// Development harness for the Hopper backward (issue 7), step 0: the sm80 dK/dV kernel's schedule (a CTA of two
+// Development harness for the Hopper backward (issue 7), step 0b: the sm80 dK/dV kernel's schedule (a CTA of two
 // warpgroups owns 128 keys and walks the query rows 64 at a time; P and dS through shared memory; dQ added into
-// an fp32 accumulator with atomics) with all five products on wgmma, loads by cp.async from every thread, one
-// buffer, no producer warpgroup. Checked against the library's sm80 backward on the same inputs (O and LSE from
+// an fp32 accumulator with atomics) with all five products on wgmma, loads by cp.async from every thread, two
+// step buffers (step 0 had one: its loads were exposed), no producer warpgroup. Checked against the library's sm80 backward on the same inputs (O and LSE from
 // the library's sm80 forward) and timed beside it. Head dim 128, bf16, full or causal attention, Sq = Sk.
 //
 // Per step and warpgroup w (keys w * 64 .. w * 64 + 63 of the CTA's 128):
@@ -58,11 +58,11 @@ using MmaDQ = decltype(make_tiled_mma(
 struct SharedStorage {
   alignas(1024) Element k[cosize_v<SmemLayoutK>];
   alignas(1024) Element v[cosize_v<SmemLayoutK>];
-  alignas(1024) Element q[cosize_v<SmemLayoutQ>];
-  alignas(1024) Element dout[cosize_v<SmemLayoutQ>];
+  alignas(1024) Element q[2][cosize_v<SmemLayoutQ>];  // two step buffers: the next step's rows load during
+  alignas(1024) Element dout[2][cosize_v<SmemLayoutQ>];  // this step's products
   alignas(1024) Element p[cosize_v<SmemLayoutP>];
   alignas(1024) Element ds[cosize_v<SmemLayoutP>];
-  float lse2[kBlockM], delta[kBlockM];
+  float lse2[2][kBlockM], delta[2][kBlockM];
 };
 
 // Rows [row0, row0 + kRows) of one head into a swizzled (rows, head dim) tile; rows past the end become zeros.
@@ -97,14 +97,10 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const flashtile:
   const flashtile::cuda::FwdKernelParams& f = p.fwd;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
-  auto sQ = make_tensor(make_smem_ptr(smem.q), SmemLayoutQ{});
-  auto sdO = make_tensor(make_smem_ptr(smem.dout), SmemLayoutQ{});
   auto sK = make_tensor(make_smem_ptr(smem.k), SmemLayoutK{});
   auto sV = make_tensor(make_smem_ptr(smem.v), SmemLayoutK{});
   auto sP = make_tensor(make_smem_ptr(smem.p), SmemLayoutP{});
   auto sdS = make_tensor(make_smem_ptr(smem.ds), SmemLayoutP{});
-  auto sQt = make_tensor(make_smem_ptr(smem.q), SmemLayoutQt{});
-  auto sdOt = make_tensor(make_smem_ptr(smem.dout), SmemLayoutQt{});
   auto sKt = make_tensor(make_smem_ptr(smem.k), SmemLayoutKt{});
   auto sPt = make_tensor(make_smem_ptr(smem.p), SmemLayoutPt{});
   auto sdSt = make_tensor(make_smem_ptr(smem.ds), SmemLayoutPt{});
@@ -149,20 +145,42 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const flashtile:
   const int row_begin = max(0, key0 - f.key_offset - f.window_right);
   const int row_end = min(f.seqlen_q, key0 + kBlockN - f.key_offset + f.window_left);
   const int key_w0 = key0 + wg * (kBlockN / 2);  // this warpgroup's first key
-  for (int row0 = row_begin / kBlockM * kBlockM; row0 < row_end; row0 += kBlockM) {
-    load_rows<kBlockM>(sQ, q_head, f.q_stride[1], row0, f.seqlen_q);
-    load_rows<kBlockM>(sdO, do_head, p.dout_stride[1], row0, f.seqlen_q);
+  // One step's rows into buffer buf: Q and dO by cp.async (one commit group, which for the first step also holds
+  // K and V), LSE and D by plain loads. Rows past the end get LSE = D = 0: with zero Q and dO rows they add nothing.
+  auto load_step = [&](int row0, int buf) {
+    load_rows<kBlockM>(make_tensor(make_smem_ptr(smem.q[buf]), SmemLayoutQ{}), q_head, f.q_stride[1], row0,
+                       f.seqlen_q);
+    load_rows<kBlockM>(make_tensor(make_smem_ptr(smem.dout[buf]), SmemLayoutQ{}), do_head, p.dout_stride[1], row0,
+                       f.seqlen_q);
     asm volatile("cp.async.commit_group;\n" ::);
-    if (threadIdx.x < kBlockM) {  // rows past the end: LSE = D = 0, with zero Q and dO rows they add nothing
+    if (threadIdx.x < kBlockM) {
       const int row = row0 + threadIdx.x;
       const bool real = row < f.seqlen_q;
       const float lse = real ? f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] : 0.0f;
-      smem.lse2[threadIdx.x] = flashtile::cuda::sm80::lse_log2(lse);
-      smem.delta[threadIdx.x] = real ? p.delta[(int64_t(b) * f.heads_q + h) * f.seqlen_q + row] : 0.0f;
+      smem.lse2[buf][threadIdx.x] = flashtile::cuda::sm80::lse_log2(lse);
+      smem.delta[buf][threadIdx.x] = real ? p.delta[(int64_t(b) * f.heads_q + h) * f.seqlen_q + row] : 0.0f;
     }
-    asm volatile("cp.async.wait_group 0;\n" ::);
+  };
+  const int row_first = row_begin / kBlockM * kBlockM;
+  if (row_first < row_end) load_step(row_first, 0);
+  int buf = 0;
+  for (int row0 = row_first; row0 < row_end; row0 += kBlockM, buf ^= 1) {
+    // The next step's rows go into the other buffer, which the previous step last read before its closing
+    // barrier; then this step's group (the older one) is waited for.
+    if (row0 + kBlockM < row_end) {
+      load_step(row0 + kBlockM, buf ^ 1);
+      asm volatile("cp.async.wait_group 1;\n" ::);
+    } else {
+      asm volatile("cp.async.wait_group 0;\n" ::);
+    }
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes (cp.async) -> async-proxy reads (wgmma)
     __syncthreads();
+    auto sQ = make_tensor(make_smem_ptr(smem.q[buf]), SmemLayoutQ{});
+    auto sdO = make_tensor(make_smem_ptr(smem.dout[buf]), SmemLayoutQ{});
+    auto sQt = make_tensor(make_smem_ptr(smem.q[buf]), SmemLayoutQt{});
+    auto sdOt = make_tensor(make_smem_ptr(smem.dout[buf]), SmemLayoutQt{});
+    const float* lse2 = smem.lse2[buf];
+    const float* delta = smem.delta[buf];
 
     issue(mma_sdp, thr_sdp.partition_fragment_A(sQ), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
     issue(mma_sdp, thr_sdp.partition_fragment_A(sdO), thr_sdp.partition_fragment_B(sV_w), tSrdP, false);
@@ -183,10 +201,10 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const flashtile:
                                key <= query + f.key_offset + f.window_right;
           x = visible ? x : -INFINITY;
         }
-        const float prob = flashtile::cuda::exp2_approx(fmaf(x, f.scale_log2, -smem.lse2[r]));
+        const float prob = flashtile::cuda::exp2_approx(fmaf(x, f.scale_log2, -lse2[r]));
         // dS without the softmax scale, as the library's sm80 backward keeps it: the scale is applied once, to dK
         // below and to dQ when the fp32 accumulator is converted
-        const float ds = prob == 0.0f ? 0.0f : prob * (tSrdP(i) - smem.delta[r]);
+        const float ds = prob == 0.0f ? 0.0f : prob * (tSrdP(i) - delta[r]);
         tSsP(i) = Element(prob);
         tSsdS(i) = Element(ds);
       }
@@ -214,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const flashtile:
         atomicAdd(reinterpret_cast<float2*>(dq_head + int64_t(row) * f.head_dim + col),
                   make_float2(tQrdQ(i), tQrdQ(i + 1)));
     }
-    __syncthreads();  // every read of this step's Q, dO, P and dS is done before the next step refills them
+    __syncthreads();  // every read of this step's buffer, P and dS is done before they are refilled
   }
 
   asm volatile("cp.async.commit_group;\n" ::);  // with no step, K and V's copies are still in flight
@@ -318,7 +336,7 @@ void run(int batch, int seqlen, int heads, bool causal) {
   const auto bf16 = [](const void* ptr) { return static_cast<const uint16_t*>(ptr); };
   const Agreement adq = compare(dq90, dq_accum, n), adk = compare(bf16(dk90), bf16(dk), n),
                   adv = compare(bf16(dv90), bf16(dv), n);
-  std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 backward %7.3f ms %6.1f TFLOP/s | sm90 step 0 (dK/dV kernel "
+  std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 backward %7.3f ms %6.1f TFLOP/s | sm90 step 0b (dK/dV kernel "
               "only: no D, no dQ conversion) %7.3f ms %6.1f TFLOP/s | dQ %s (%.4f of %.3f) dK %s (%.4f of %.3f) dV %s (%.4f "
               "of %.3f) %zu non-finite\n",
               batch, heads, seqlen, kD, causal ? "causal" : "full", ms80, flops / ms80 / 1e9, ms90,
