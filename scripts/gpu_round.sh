@@ -18,7 +18,8 @@
 #     PROFILE_B, PROFILE_S, PROFILE_D pick the problem, H = 2048 / D as in grid A);
 #   ab: this tree's library, then each candidate library of .device/cand-*/ (scripts/candidate_lib.sh <ref> <name>),
 #     through the same tool: `flashtile bench $AB_ARGS` (default grid A bf16 forward and backward, sm80) into
-#     ab-<name>.jsonl, bench/ab_table.py's summary; AB_TESTS=1 also runs the GPU tests against each library;
+#     ab-<name>.jsonl, bench/ab_table.py's summary; AB_CANDS=name,... picks candidates (default all); AB_TESTS=1
+#     also runs the GPU tests against each library;
 #   clocks: one forward's speed in a 10-call burst and sustained for 2 s, with the SM clock and board power
 #     (flashtile sm80 and sm90, FA2, cuDNN; CLOCK_B, CLOCK_S, CLOCK_D pick the problem; bench/clock_probe.py);
 #   overhead: the Python layers' per-call cost at B=1, S=128 beside the C++ call (bench/python_overhead.py);
@@ -211,6 +212,7 @@ if want ab; then  # same-call A/B: this tree's library, then each candidate's (s
   for xz in .device/cand-*/libflashtile.so.0.1.0.xz; do
     [ -f "$xz" ] || continue
     name=$(basename "$(dirname "$xz")") && name=${name#cand-}
+    [[ -z ${AB_CANDS:-} || " ${AB_CANDS//,/ } " == *" $name "* ]] || continue
     dir=/tmp/flashtile-cand-$name && mkdir -p "$dir"
     python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
       "$xz" "$dir/libflashtile.so.0.1.0"
@@ -219,7 +221,8 @@ if want ab; then  # same-call A/B: this tree's library, then each candidate's (s
   done
   for entry in "${libs[@]}"; do
     name=${entry%%:*} dir=${entry#*:}
-    echo "== A/B $name ($(cat ".device/cand-$name/commit.txt" 2>/dev/null || git log --oneline -1)): bench $ab_args"
+    commit=$(cat ".device/cand-$name/commit.txt" 2>/dev/null || git log --oneline -1)
+    echo "== A/B $name (${commit:0:72}): bench $ab_args"
     if [ "${AB_TESTS:-0}" = 1 ]; then
       for t in forward backward; do
         LD_LIBRARY_PATH=$dir:$PWD/.device/lib timeout 240 "build-device/cuda_${t}_test" --gtest_brief=1 2>&1 |
