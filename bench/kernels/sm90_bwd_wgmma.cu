@@ -145,30 +145,46 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const flashtile:
   const int row_begin = max(0, key0 - f.key_offset - f.window_right);
   const int row_end = min(f.seqlen_q, key0 + kBlockN - f.key_offset + f.window_left);
   const int key_w0 = key0 + wg * (kBlockN / 2);  // this warpgroup's first key
-  // One step's rows into buffer buf: Q and dO by cp.async (one commit group, which for the first step also holds
-  // K and V), LSE and D by plain loads. Rows past the end get LSE = D = 0: with zero Q and dO rows they add nothing.
+  // One step's Q and dO rows into buffer buf by cp.async (one commit group, which for the first step also holds K
+  // and V's copies).
   auto load_step = [&](int row0, int buf) {
     load_rows<kBlockM>(make_tensor(make_smem_ptr(smem.q[buf]), SmemLayoutQ{}), q_head, f.q_stride[1], row0,
                        f.seqlen_q);
     load_rows<kBlockM>(make_tensor(make_smem_ptr(smem.dout[buf]), SmemLayoutQ{}), do_head, p.dout_stride[1], row0,
                        f.seqlen_q);
     asm volatile("cp.async.commit_group;\n" ::);
-    if (threadIdx.x < kBlockM) {
-      const int row = row0 + threadIdx.x;
-      const bool real = row < f.seqlen_q;
-      const float lse = real ? f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] : 0.0f;
-      smem.lse2[buf][threadIdx.x] = flashtile::cuda::sm80::lse_log2(lse);
-      smem.delta[buf][threadIdx.x] = real ? p.delta[(int64_t(b) * f.heads_q + h) * f.seqlen_q + row] : 0.0f;
-    }
+  };
+  // Thread t < kBlockM's row of a step: its LSE (natural log, as stored) and D. Rows past the end get LSE = D = 0:
+  // with zero Q and dO rows they add nothing.
+  auto row_stats = [&](int row0, float& lse, float& d) {
+    const int row = row0 + threadIdx.x;
+    const bool real = row < f.seqlen_q;
+    lse = real ? f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] : 0.0f;
+    d = real ? p.delta[(int64_t(b) * f.heads_q + h) * f.seqlen_q + row] : 0.0f;
+  };
+  auto store_stats = [&](int buf, float lse, float d) {
+    smem.lse2[buf][threadIdx.x] = flashtile::cuda::sm80::lse_log2(lse);
+    smem.delta[buf][threadIdx.x] = d;
   };
   const int row_first = row_begin / kBlockM * kBlockM;
-  if (row_first < row_end) load_step(row_first, 0);
+  if (row_first < row_end) {
+    load_step(row_first, 0);
+    if (threadIdx.x < kBlockM) {
+      float lse, d;
+      row_stats(row_first, lse, d);
+      store_stats(0, lse, d);
+    }
+  }
   int buf = 0;
   for (int row0 = row_first; row0 < row_end; row0 += kBlockM, buf ^= 1) {
     // The next step's rows go into the other buffer, which the previous step last read before its closing
-    // barrier; then this step's group (the older one) is waited for.
-    if (row0 + kBlockM < row_end) {
+    // barrier; then this step's group (the older one) is waited for. The next step's LSE and D are loaded into
+    // registers now and stored to shared memory at the end of this step, so nothing waits for those loads.
+    const bool has_next = row0 + kBlockM < row_end;
+    float next_lse = 0.0f, next_d = 0.0f;
+    if (has_next) {
       load_step(row0 + kBlockM, buf ^ 1);
+      if (threadIdx.x < kBlockM) row_stats(row0 + kBlockM, next_lse, next_d);
       asm volatile("cp.async.wait_group 1;\n" ::);
     } else {
       asm volatile("cp.async.wait_group 0;\n" ::);
@@ -232,6 +248,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const flashtile:
         atomicAdd(reinterpret_cast<float2*>(dq_head + int64_t(row) * f.head_dim + col),
                   make_float2(tQrdQ(i), tQrdQ(i + 1)));
     }
+    if (has_next && threadIdx.x < kBlockM) store_stats(buf ^ 1, next_lse, next_d);
     __syncthreads();  // every read of this step's buffer, P and dS is done before they are refilled
   }
 
