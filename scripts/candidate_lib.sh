@@ -44,11 +44,11 @@ lib=$wt/build-device/libflashtile.so.0.1.0
 
 # Every library symbol the baseline's tool and GPU tests import must be exported by the candidate too.
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)
+base_exported=$(nm -D --defined-only "$base_lib" | awk '{print $3}' | sort -u)
 missing=0
 for binary in build-device/tools/flashtile build-device/cuda_forward_test build-device/cuda_backward_test; do
   [ -f "$binary" ] || continue
-  needed=$(comm -12 <(nm -D --undefined-only "$binary" | awk '{print $2}' | sort -u) \
-                    <(nm -D --defined-only "$base_lib" | awk '{print $3}' | sort -u))
+  needed=$(comm -12 <(nm -D --undefined-only "$binary" | awk '{print $2}' | sort -u) <(echo "$base_exported"))
   absent=$(comm -23 <(echo "$needed") <(echo "$exported"))
   if [ -n "$absent" ]; then
     echo "candidate_lib: $name lacks symbols $binary uses: $(echo "$absent" | head -3 | tr '\n' ' ')" >&2

@@ -32,10 +32,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}
 mkdir -p "$out"
-if [ .device/libflashtile.so.0.1.0.xz -nt build-device/libflashtile.so.0.1.0 ]; then  # packed by device_prepare.sh
+# An xz-packed library (device_prepare.sh, candidate_lib.sh) unpacked into a directory, with its soname link.
+unpack_lib() {  # <file.xz> <directory>
+  mkdir -p "$2"
   python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-    .device/libflashtile.so.0.1.0.xz build-device/libflashtile.so.0.1.0
-  ln -sf libflashtile.so.0.1.0 build-device/libflashtile.so.0
+    "$1" "$2/libflashtile.so.0.1.0"
+  ln -sf libflashtile.so.0.1.0 "$2/libflashtile.so.0"
+}
+if [ .device/libflashtile.so.0.1.0.xz -nt build-device/libflashtile.so.0.1.0 ]; then
+  unpack_lib .device/libflashtile.so.0.1.0.xz build-device
 fi
 export LD_LIBRARY_PATH=$PWD/build-device:$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 bin=build-device/tools/flashtile
@@ -213,10 +218,8 @@ if want ab; then  # same-call A/B: this tree's library, then each candidate's (s
     [ -f "$xz" ] || continue
     name=$(basename "$(dirname "$xz")") && name=${name#cand-}
     [[ -z ${AB_CANDS:-} || " ${AB_CANDS//,/ } " == *" $name "* ]] || continue
-    dir=/tmp/flashtile-cand-$name && mkdir -p "$dir"
-    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-      "$xz" "$dir/libflashtile.so.0.1.0"
-    ln -sf libflashtile.so.0.1.0 "$dir/libflashtile.so.0"
+    dir=/tmp/flashtile-cand-$name
+    unpack_lib "$xz" "$dir"
     libs+=("$name:$dir")
   done
   for entry in "${libs[@]}"; do

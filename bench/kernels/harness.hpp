@@ -1,5 +1,5 @@
-// What the kernel harnesses of this folder share: CUDA error checks, event timing, bf16 inputs and the kernel
-// parameters of a plain BSHD problem. Development code, not part of the library.
+// What the kernel harnesses of this folder share: CUDA error checks, event timing, bf16 inputs, output comparison,
+// cp.async row loads and the kernel parameters of a plain BSHD problem. Development code, not part of the library.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -64,6 +64,46 @@ inline float bf16_to_float(uint16_t h) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+// Whether two device arrays of n values (bf16 as uint16_t, or fp32) agree: the largest |a - b|, the largest |b|,
+// and how many of a are not finite (NaN: never written). They agree within 2% of b's largest value.
+struct Agreement {
+  double worst = 0, scale = 0;
+  size_t non_finite = 0;
+  bool ok() const { return non_finite == 0 && worst <= 0.02 * scale; }
+};
+inline float to_float(float x) { return x; }
+inline float to_float(uint16_t bf16) { return bf16_to_float(bf16); }
+template <typename A, typename B>
+Agreement compare(const A* a_dev, const B* b_dev, size_t n) {
+  std::vector<A> a(n);
+  std::vector<B> b(n);
+  CHECK(cudaMemcpy(a.data(), a_dev, n * sizeof(A), cudaMemcpyDeviceToHost));
+  CHECK(cudaMemcpy(b.data(), b_dev, n * sizeof(B), cudaMemcpyDeviceToHost));
+  Agreement r;
+  for (size_t i = 0; i < n; ++i) {
+    const float fa = to_float(a[i]), fb = to_float(b[i]);
+    if (!std::isfinite(fa)) ++r.non_finite;
+    r.worst = std::max(r.worst, double(std::fabs(fa - fb)));
+    r.scale = std::max(r.scale, double(std::fabs(fb)));
+  }
+  return r;
+}
+
+// Rows [row0, row0 + kRows) of one head (row stride `stride` elements, kHeadDim columns) into the shared tile
+// `smem` ((rows, head dim), a CuTe tensor whose layout keeps 16-byte chunks contiguous, as the swizzles do) by
+// cp.async from kThreads threads; rows past `rows` become zeros. The caller commits and waits.
+template <int kRows, int kHeadDim, int kThreads, class SmemTensor, typename T>
+__device__ void load_rows(SmemTensor smem, const T* head, int64_t stride, int row0, int rows) {
+  constexpr int kChunks = kHeadDim / 8;
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
+    const int r = i / kChunks, c = i % kChunks;
+    const bool valid = row0 + r < rows;
+    const T* src = valid ? head + (row0 + r) * stride + c * 8 : head;
+    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(&smem(r, c * 8)));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
+  }
 }
 
 // Kernel parameters for q, k, v, o contiguous BSHD (Sq = Sk, no GQA), full or causal, for a kernel of block_m

@@ -1,8 +1,9 @@
 // Development harness for the Hopper backward (issue 7), step 0b: the sm80 dK/dV kernel's schedule (a CTA of two
 // warpgroups owns 128 keys and walks the query rows 64 at a time; P and dS through shared memory; dQ added into
 // an fp32 accumulator with atomics) with all five products on wgmma, loads by cp.async from every thread, two
-// step buffers (step 0 had one: its loads were exposed), no producer warpgroup. Checked against the library's sm80 backward on the same inputs (O and LSE from
-// the library's sm80 forward) and timed beside it. Head dim 128, bf16, full or causal attention, Sq = Sk.
+// step buffers (step 0 had one: its loads were exposed), no producer warpgroup. Checked against the library's
+// sm80 backward on the same inputs (O and LSE from the library's sm80 forward) and timed beside it. Head dim
+// 128, bf16, full or causal attention, Sq = Sk.
 //
 // Per step and warpgroup w (keys w * 64 .. w * 64 + 63 of the CTA's 128):
 //   S_w  = Q K_w^T, dP_w = dO V_w^T     (64 queries x 64 keys; A and B K-major from shared memory)
@@ -65,18 +66,9 @@ struct SharedStorage {
   float lse2[2][kBlockM], delta[2][kBlockM];
 };
 
-// Rows [row0, row0 + kRows) of one head into a swizzled (rows, head dim) tile; rows past the end become zeros.
-// 16-byte chunks stay contiguous under the swizzle.
-template <int kRows, class SmemTensor>
+template <int kRows, class SmemTensor>  // every thread copies (harness.hpp)
 __device__ void load_rows(SmemTensor smem, const Element* head, int64_t stride, int row0, int rows) {
-  constexpr int kChunks = kHeadDim / 8;
-  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads) {
-    const int r = i / kChunks, c = i % kChunks;
-    const bool valid = row0 + r < rows;
-    const Element* src = valid ? head + (row0 + r) * stride + c * 8 : head;
-    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(&smem(r, c * 8)));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-  }
+  harness::load_rows<kRows, kHeadDim, kThreads>(smem, head, stride, row0, rows);
 }
 
 // Issues acc (+)= A B over every k block of the operands, asynchronously.
@@ -271,35 +263,6 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const flashtile:
 
 }  // namespace sm90_bwd
 
-// Max |a - b| over n values (each bf16, as uint16_t, or fp32), the largest |b|, and how many of a are not finite.
-struct Agreement {
-  double worst = 0, scale = 0;
-  size_t non_finite = 0;
-  bool ok() const { return non_finite == 0 && worst <= 0.02 * scale; }
-};
-template <typename V>
-float value(V x) {
-  if constexpr (std::is_same_v<V, float>)
-    return x;
-  else
-    return harness::bf16_to_float(x);
-}
-template <typename A, typename B>
-Agreement compare(const A* a_dev, const B* b_dev, size_t n) {
-  std::vector<A> a(n);
-  std::vector<B> b(n);
-  CHECK(cudaMemcpy(a.data(), a_dev, n * sizeof(A), cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(b.data(), b_dev, n * sizeof(B), cudaMemcpyDeviceToHost));
-  Agreement r;
-  for (size_t i = 0; i < n; ++i) {
-    const float fa = value(a[i]), fb = value(b[i]);
-    if (!std::isfinite(fa)) ++r.non_finite;
-    r.worst = std::max(r.worst, double(std::fabs(fa - fb)));
-    r.scale = std::max(r.scale, double(std::fabs(fb)));
-  }
-  return r;
-}
-
 void run(int batch, int seqlen, int heads, bool causal) {
   using namespace flashtile::cuda;
   constexpr int kD = sm90_bwd::kHeadDim;
@@ -351,11 +314,12 @@ void run(int batch, int seqlen, int heads, bool causal) {
   // dQ against the library's fp32 accumulator of its last call (the same (batch, head, row, dim) layout, before
   // the conversion to bf16 and BSHD); dK and dV in bf16, BSHD.
   const auto bf16 = [](const void* ptr) { return static_cast<const uint16_t*>(ptr); };
-  const Agreement adq = compare(dq90, dq_accum, n), adk = compare(bf16(dk90), bf16(dk), n),
-                  adv = compare(bf16(dv90), bf16(dv), n);
+  const harness::Agreement adq = harness::compare(dq90, dq_accum, n),
+                           adk = harness::compare(bf16(dk90), bf16(dk), n),
+                           adv = harness::compare(bf16(dv90), bf16(dv), n);
   std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 backward %7.3f ms %6.1f TFLOP/s | sm90 step 0b (dK/dV kernel "
-              "only: no D, no dQ conversion) %7.3f ms %6.1f TFLOP/s | dQ %s (%.4f of %.3f) dK %s (%.4f of %.3f) dV %s (%.4f "
-              "of %.3f) %zu non-finite\n",
+              "only: no D, no dQ conversion) %7.3f ms %6.1f TFLOP/s | dQ %s (%.4f of %.3f) dK %s (%.4f of %.3f) "
+              "dV %s (%.4f of %.3f) %zu non-finite\n",
               batch, heads, seqlen, kD, causal ? "causal" : "full", ms80, flops / ms80 / 1e9, ms90,
               flops / ms90 / 1e9, adq.ok() ? "AGREE" : "DIFFER", adq.worst, adq.scale, adk.ok() ? "AGREE" : "DIFFER",
               adk.worst, adk.scale, adv.ok() ? "AGREE" : "DIFFER", adv.worst, adv.scale,

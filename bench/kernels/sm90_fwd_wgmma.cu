@@ -30,26 +30,16 @@ using Traits = lib::FwdTraits<cutlass::bfloat16_t, 128>;
 using Element = Traits::Element;
 constexpr int kHeadDim = Traits::kHeadDim, kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN;
 constexpr int kThreads0 = Traits::kConsumers * 128;  // step 0 has no producer warpgroup
+template <int kRows, class SmemTensor>  // all of step 0's threads copy (harness.hpp)
+__device__ void load_rows(SmemTensor smem, const Element* head, int64_t stride, int row0, int rows) {
+  harness::load_rows<kRows, kHeadDim, kThreads0>(smem, head, stride, row0, rows);
+}
 
 struct SharedStorage0 {
   alignas(1024) Element q[cosize_v<Traits::SmemLayoutQ>];
   alignas(1024) Element k[cosize_v<Traits::SmemLayoutKV>];
   alignas(1024) Element v[cosize_v<Traits::SmemLayoutKV>];
 };
-
-// Rows [row0, row0 + kRows) of one head (row stride `stride` elements) into `smem` (rows x head dim over a
-// swizzled layout); rows past the end become zeros. 16-byte chunks stay contiguous under the swizzle.
-template <int kRows, class SmemTensor>
-__device__ void load_rows(SmemTensor smem, const Element* head, int64_t stride, int row0, int rows) {
-  constexpr int kChunks = kHeadDim / 8;
-  for (int i = threadIdx.x; i < kRows * kChunks; i += kThreads0) {
-    const int r = i / kChunks, c = i % kChunks;
-    const bool valid = row0 + r < rows;
-    const Element* src = valid ? head + (row0 + r) * stride + c * 8 : head;
-    const uint32_t dst = static_cast<uint32_t>(__cvta_generic_to_shared(&smem(r, c * 8)));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(valid ? 16 : 0));
-  }
-}
 
 // Step 0: the library's consumer math (lib::Consumer) fed by cp.async from all threads, no producer, no TMA.
 // Full attention or causal with Sq = Sk, no GQA: what the harness runs.
@@ -107,26 +97,6 @@ __global__ void __launch_bounds__(kThreads0, 1) fwd_wgmma_kernel(const flashtile
 
 }  // namespace sm90_harness
 
-// Max |a - b| over all outputs, the largest |b|, and how many of a are not finite (NaN: never written).
-struct Agreement {
-  double worst = 0, scale = 0;
-  size_t non_finite = 0;
-  bool ok() const { return non_finite == 0 && worst <= 0.02 * scale; }
-};
-Agreement compare(const void* a_dev, const void* b_dev, size_t n) {
-  std::vector<uint16_t> a(n), b(n);
-  CHECK(cudaMemcpy(a.data(), a_dev, n * 2, cudaMemcpyDeviceToHost));
-  CHECK(cudaMemcpy(b.data(), b_dev, n * 2, cudaMemcpyDeviceToHost));
-  Agreement r;
-  for (size_t i = 0; i < n; ++i) {
-    const float fa = harness::bf16_to_float(a[i]), fb = harness::bf16_to_float(b[i]);
-    if (!std::isfinite(fa)) ++r.non_finite;
-    r.worst = std::max(r.worst, double(std::fabs(fa - fb)));
-    r.scale = std::max(r.scale, double(std::fabs(fb)));
-  }
-  return r;
-}
-
 // One problem: step 0, the library's sm90 kernel (step 1) and its sm80 kernel (Hopper row) on the same inputs,
 // the sm90 outputs compared with the sm80 kernel's.
 void run(int batch, int seqlen, int heads, bool causal) {
@@ -171,9 +141,10 @@ void run(int batch, int seqlen, int heads, bool causal) {
               causal ? "causal" : "full", ms80, flops / ms80 / 1e9);
   const char* names[] = {"step 0 (cp.async)", "sm90 serial", "sm90 overlap (library)", "sm90 ping-pong"};
   const float times[] = {ms0, ms1, ms2, ms3};
-  const void* outs[] = {o0, o1, o2, o3};
+  const auto bf16 = [](const void* ptr) { return static_cast<const uint16_t*>(ptr); };
+  const uint16_t* outs[] = {bf16(o0), bf16(o1), bf16(o2), bf16(o3)};
   for (int i = 0; i < 4; ++i) {
-    const Agreement a = compare(outs[i], o80, n);
+    const harness::Agreement a = harness::compare(outs[i], bf16(o80), n);
     std::printf(" | %s %7.3f ms %6.1f TFLOP/s %s (max |diff| %.4f of %.3f, %zu non-finite)", names[i], times[i],
                 flops / times[i] / 1e9, a.ok() ? "AGREE" : "DIFFER", a.worst, a.scale, a.non_finite);
   }
