@@ -121,10 +121,10 @@ struct FwdTraits {
 };
 
 // A work tile: query block, batch, head, and the K/V tiles its rows see. Tiles are numbered 0 .. m_blocks *
-// batch * heads_q - 1, the last query block first: head by head (every tile the same work: the CTAs at work at
-// one time share a few heads' K and V in L2), or with heavy_first (a mask bounds the keys, so the last query
-// blocks have the most) the last blocks of every head, then the next, ...: longest first, so the short tiles
-// fill the end.
+// batch * heads_q - 1, the last query block first: head by head (the CTAs at work at one time share a few
+// heads' K and V in L2), or with heavy_first (a mask bounds the keys of long heads, so the last query blocks
+// have the most: fwd_launch.cuh) the last blocks of every head, then the next, ...: longest first, so the short
+// tiles fill the end.
 struct CtaBlock {
   int row0, b, h, hk, n_first, n_last;  // K/V tiles [n_first, n_last]; none when n_first > n_last
   // The tile's (batch x head) index, b * heads_q + h.
@@ -220,15 +220,27 @@ struct Consumer {
   __device__ void softmax(int col0, const FwdKernelParams& f, float (&alpha)[2]) {
     using namespace cute;
     auto tScS = thr_qk.partition_C(make_identity_tensor(Shape<_64, Int<kBlockN>>{}));
+    // Row r sees keys [r + key_offset - window_left, min(r + key_offset + window_right, seqlen_k - 1)]. For each
+    // of this thread's two rows (elements with (i / 2) % 2 == hr) that interval is taken relative to the thread's
+    // first column, so an element costs two compares against a constant offset and a select (the three-way
+    // test on absolute keys compiled to branches, ~13 instructions an element).
+    int lo[2], hi[2];
+    if (kMasked) {
+      const int col_first = col0 + get<1>(tScS(0));
+      CUTE_UNROLL
+      for (int hr = 0; hr < 2; ++hr) {
+        const int row = first_row + get<0>(tScS(2 * hr));
+        lo[hr] = row + f.key_offset - f.window_left - col_first;
+        hi[hr] = min(row + f.key_offset + f.window_right, f.seqlen_k - 1) - col_first;
+      }
+    }
     CUTE_UNROLL
     for (int i = 0; i < size(tSrS); ++i) {
       float x = tSrS(i);
       if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
       if (kMasked) {
-        const int row = first_row + get<0>(tScS(i)), key = col0 + get<1>(tScS(i));
-        const bool visible = key < f.seqlen_k && key >= row + f.key_offset - f.window_left &&
-                             key <= row + f.key_offset + f.window_right;
-        x = visible ? x : -INFINITY;
+        const int dc = get<1>(tScS(i)) - get<1>(tScS(0)), hr = (i / 2) % 2;
+        x = dc >= lo[hr] && dc <= hi[hr] ? x : -INFINITY;
       }
       tSrS(i) = x;
     }
