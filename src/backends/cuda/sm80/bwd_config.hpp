@@ -24,11 +24,11 @@ namespace flashtile::cuda::sm80 {
 template <int kHeadDim>
 struct BwdDkdvConfig;
 //                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM   smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; };  // 141 / 178 KB
+template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; };  // 133 / 166 KB
 template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; };  // 113 / 139 KB
-template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; };  // 137 / 171 KB
-template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 119 / 169 KB
-template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 151 / 217 KB
+template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; };  // 130 / 163 KB
+template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 115 / 163 KB
+template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 147 / 211 KB
 
 // Rows for GPUs whose blocks cannot have the row above with one step buffer: consumer Ampere and Ada offer 99 KB
 // per block. 64 keys per CTA, S and dP on 16 x 32 warp tiles. Head dims 192 and 256 have none: no row of this
@@ -36,9 +36,9 @@ template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlo
 template <int kHeadDim>
 struct BwdDkdvConfigSmall;
 //                               kHeadDim       kBlockN      kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM   smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 55 / 73 KB
+template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 51 / 67 KB
 template <> struct BwdDkdvConfigSmall<96>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; };  // 71 / 97 KB
-template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 87 / 121 KB
+template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; };  // 83 / 115 KB
 template <int kHeadDim>
 inline constexpr bool kHasBwdDkdvConfigSmall = kHeadDim <= 128;
 
@@ -47,8 +47,14 @@ template <int kHeadDim_, typename Config = BwdDkdvConfig<kHeadDim_>>
 struct BwdDkdvTraits : Config {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kNWarps = 8, kThreads = kNWarps * 32;
-  static constexpr int kRowStride = kHeadDim + 8;          // Q, dO, K, V rows, padded by 16 bytes (ldmatrix banks)
-  static constexpr int kPStride = Config::kBlockN + 8;     // P and dS rows, likewise
+  // Q, dO, K, V rows: unpadded and swizzled where the head dim is a multiple of 64 (SmemTile, warp_mma.cuh), else
+  // padded by 16 bytes. Both keep ldmatrix free of bank conflicts; only the swizzled rows put each 128-byte line
+  // that cp.async copies into one aligned 128-byte line of shared memory. Into padded rows (7 of 8 rows start
+  // mid-line) those copies measured ~10 shared wavefronts per instruction against 4 (ncu, D = 128), and they are
+  // the only accesses that can account for the 12% excess wavefronts at D = 256 (docs/perf-log.md).
+  static constexpr bool kSwizzled = kHeadDim % 64 == 0;
+  static constexpr int kRowStride = kSwizzled ? kHeadDim : kHeadDim + 8;
+  static constexpr int kPStride = Config::kBlockN + 8;     // P and dS rows, padded (written by 4-byte stores)
   // Warp tiles of the three product shapes (rows x columns).
   static constexpr int kSdpRows = Config::kBlockM / Config::kSdpWarpsM;
   static constexpr int kSdpCols = Config::kBlockN / (kNWarps / Config::kSdpWarpsM);

@@ -123,7 +123,8 @@ __device__ __forceinline__ void run_steps(int n_steps, bool prefetch, Issue&& is
 // One CTA per (key block, batch, K/V head): Traits is a BwdDkdvTraits (bwd_config.hpp), whose table gives the
 // three warp grids. Shared memory (Traits::smem_bytes):
 //   sK, sV      [kBlockN][kRowStride]            the CTA's keys, for the whole loop
-//   sQ, sDO     [buffers][kBlockM][kRowStride]   one step's query rows
+//   sQ, sDO     [buffers][kBlockM][kRowStride]   one step's query rows (these four swizzled where
+//                                                Traits::kSwizzled, SmemTile in warp_mma.cuh)
 //   sP, sdS     [kBlockM][kPStride]              the step's P and dS, in the input dtype
 //   sLse, sDelta [buffers][kBlockM]              the step's rows' LSE (natural log, as stored) and D
 template <typename Traits, typename T, bool kSoftcap, bool kAccumulateDq>
@@ -133,6 +134,9 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
   constexpr int kSdpRows = Traits::kSdpRows, kSdpCols = Traits::kSdpCols;
   constexpr int kKvRows = Traits::kKvRows, kKvCols = Traits::kKvCols;
   constexpr int kDqRows = Traits::kDqRows, kDqCols = Traits::kDqCols;
+  constexpr bool kSwz = Traits::kSwizzled;
+  using RowsTile = SmemTile<T, kSwz>;   // Q, dO, K, V
+  using ProbTile = SmemTile<T, false>;  // P, dS
   const FwdKernelParams& f = p.fwd;
   const int buffers = p.prefetch ? 2 : 1;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -156,8 +160,8 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
   const int key0 = n_block * kN;
   const T* k_head = static_cast<const T*>(f.k) + b * f.k_stride[0] + hk * f.k_stride[2];
   const T* v_head = static_cast<const T*>(f.v) + b * f.v_stride[0] + hk * f.v_stride[2];
-  load_rows_async<Traits, kN>(sK, k_head, f.k_stride[1], key0, f.seqlen_k, f.head_dim);
-  load_rows_async<Traits, kN>(sV, v_head, f.v_stride[1], key0, f.seqlen_k, f.head_dim);
+  load_rows_async<Traits, kN, kSwz>(sK, k_head, f.k_stride[1], key0, f.seqlen_k, f.head_dim);
+  load_rows_async<Traits, kN, kSwz>(sV, v_head, f.v_stride[1], key0, f.seqlen_k, f.head_dim);
   cp_async_commit();
 
   // The steps: each query head of the group, times each block of kM query rows that sees a key of this block,
@@ -182,8 +186,9 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     issue_at.advance(row_first, row_end);
     const T* q_head = static_cast<const T*>(f.q) + b * f.q_stride[0] + h * f.q_stride[2];
     const T* do_head = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + h * p.dout_stride[2];
-    load_rows_async<Traits, kM>(sQ + buffer * kTile, q_head, f.q_stride[1], row0, f.seqlen_q, f.head_dim);
-    load_rows_async<Traits, kM>(sDO + buffer * kTile, do_head, p.dout_stride[1], row0, f.seqlen_q, f.head_dim);
+    load_rows_async<Traits, kM, kSwz>(sQ + buffer * kTile, q_head, f.q_stride[1], row0, f.seqlen_q, f.head_dim);
+    load_rows_async<Traits, kM, kSwz>(sDO + buffer * kTile, do_head, p.dout_stride[1], row0, f.seqlen_q,
+                                      f.head_dim);
     // Threads [0, kM) copy the rows' LSE, [kM, 2 kM) their D. Rows past the sequence end get LSE = D = 0:
     // their Q and dO rows are zeros, so P is 1 there but dV, dK and dS gain nothing from them.
     const int r = threadIdx.x % kM, row = row0 + r;
@@ -220,10 +225,10 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     // instructions longer (predicates spilled to registers, PRMT).
     auto scores = [&](auto masked) {
       float acc_s[kSdpRows / 16][kSdpCols / 8][4] = {}, acc_dp[kSdpRows / 16][kSdpCols / 8][4] = {};
-      warp_mma<T, kSdpRows, kSdpCols, kD, false, false>(acc_s, bQ + sdp_row * kStride, kStride,
-                                                        sK + sdp_col * kStride, kStride);
-      warp_mma<T, kSdpRows, kSdpCols, kD, false, false>(acc_dp, bDO + sdp_row * kStride, kStride,
-                                                        sV + sdp_col * kStride, kStride);
+      warp_mma<T, kSdpRows, kSdpCols, kD, false, false>(acc_s, RowsTile{bQ + sdp_row * kStride, kStride, 0},
+                                                        RowsTile{sK + sdp_col * kStride, kStride, 0});
+      warp_mma<T, kSdpRows, kSdpCols, kD, false, false>(acc_dp, RowsTile{bDO + sdp_row * kStride, kStride, 0},
+                                                        RowsTile{sV + sdp_col * kStride, kStride, 0});
 #pragma unroll
       for (int i = 0; i < kSdpRows / 16; ++i)
 #pragma unroll
@@ -259,13 +264,15 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     __syncthreads();  // every warp's P and dS are in shared memory
 
     // dV += P^T dO and dK += dS^T Q (keys x columns; P and dS read transposed).
-    warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dv, sP + kv_row, kPStride, bDO + kv_col, kStride);
-    warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, sdS + kv_row, kPStride, bQ + kv_col, kStride);
+    warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dv, ProbTile{sP, kPStride, kv_row},
+                                                  RowsTile{bDO, kStride, kv_col});
+    warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, ProbTile{sdS, kPStride, kv_row},
+                                                  RowsTile{bQ, kStride, kv_col});
     if constexpr (kAccumulateDq) {  // dQ += dS K (queries x columns), added atomically: every CTA whose keys
                                     // these rows see adds its share
       float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
-      warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, sdS + dq_row * kPStride, kPStride, sK + dq_col,
-                                                     kStride);
+      warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, ProbTile{sdS + dq_row * kPStride, kPStride, 0},
+                                                     RowsTile{sK, kStride, dq_col});
       // Head dims are multiples of 8, so whether an 8-column block is real is the same for the whole warp.
       // One address per row, the blocks at immediate offsets from it: the reductions' address arithmetic and
       // per-element branches were ~10 instructions per reduction.

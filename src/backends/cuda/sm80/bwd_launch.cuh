@@ -16,7 +16,8 @@ namespace flashtile::cuda::sm80 {
 // Whether a kernel keeps as many CTAs per SM with two step buffers as with one, on the current device, within
 // the shared memory the call may use (BwdKernelParams::smem_limit). On the H200 both kernels do at every head dim
 // (the dK/dV kernel runs one CTA per SM, the dQ kernel two up to D = 128); an A100 (163 KB) fits the dK/dV
-// kernel's two buffers only at D = 96. The occupancy answer is kept per (kernel, device); an inline function,
+// kernel's two buffers at D = 96, and, with the swizzled rows (no padding), exactly at D = 128 and 192
+// (166912 bytes, the A100's limit: not measured on an A100). The occupancy answer is kept per (kernel, device); an inline function,
 // so every translation unit shares the one cache.
 inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_one, int smem_two, int smem_limit) {
   if (smem_two > smem_limit) return false;

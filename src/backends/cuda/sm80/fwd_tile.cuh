@@ -18,26 +18,33 @@ namespace flashtile::cuda::sm80 {
 // Copies rows [row0, row0 + kRows) of one head into shared memory; rows past `rows_valid` and columns past
 // `cols_valid` become zeros (so padded head dims and sequence ends contribute nothing). The trip count is a
 // compile-time constant, so the loop unrolls: a rolled loop cost ~30 instructions per 16-byte copy, a third of
-// the forward's instruction stream (docs/perf-log.md, v5).
-template <typename Traits, int kRows, typename T>
+// the forward's instruction stream (docs/perf-log.md, v5). kSwizzle: the unpadded layout whose chunk c of row r
+// sits at c ^ (r % 8) (SmemTile, warp_mma.cuh; Traits::kRowStride is then the head dim, a multiple of 64), so
+// each 128-byte line of a row lands in one aligned 128-byte line of shared memory.
+template <typename Traits, int kRows, bool kSwizzle = false, typename T>
 __device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int64_t row_stride, int row0,
                                                 int rows_valid, int cols_valid) {
   constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
   constexpr int kThreads = Traits::kThreads, kTotal = kRows * kChunks;
-  if constexpr (kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0) {
-    // One pass of the CTA covers kRowsPerPass whole rows, so each thread keeps its column and steps down.
+  static_assert(!kSwizzle || (kChunks % 8 == 0 && Traits::kRowStride == Traits::kHeadDim),
+                "the swizzled layout permutes whole 128-byte lines of unpadded rows");
+  if constexpr (kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0 &&
+                (!kSwizzle || (kThreads / kChunks) % 8 == 0)) {
+    // One pass of the CTA covers kRowsPerPass whole rows, so each thread keeps its column and steps down (and,
+    // swizzled, its row's r % 8: passes of a multiple of 8 rows).
     constexpr int kRowsPerPass = kThreads / kChunks;
     const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
     const bool col_valid = c * 8 < cols_valid;
     const T* src = head_base + (row0 + r) * row_stride + c * 8;
     const int64_t src_step = kRowsPerPass * row_stride;
-    T* dst = smem + r * Traits::kRowStride + c * 8;
+    T* dst = smem + r * Traits::kRowStride + (kSwizzle ? c ^ (r & 7) : c) * 8;
 #pragma unroll
     for (int j = 0; j < kRows / kRowsPerPass; ++j, src += src_step) {
       const bool valid = col_valid && row0 + r + j * kRowsPerPass < rows_valid;
       cp_async_16(dst + j * kRowsPerPass * Traits::kRowStride, valid ? src : head_base, valid ? 16 : 0);
     }
-  } else {  // head dims whose row of chunks does not divide the thread count (96, 192)
+  } else {  // head dims whose row of chunks does not divide the thread count (96, 192), or whose passes
+           // do not keep r % 8 (swizzled)
 #pragma unroll
     for (int j = 0; j < (kTotal + kThreads - 1) / kThreads; ++j) {
       const int i = threadIdx.x + j * kThreads;
@@ -45,7 +52,7 @@ __device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int
       const int r = i / kChunks, c = i % kChunks;
       const bool valid = row0 + r < rows_valid && c * 8 < cols_valid;
       const T* src = valid ? head_base + (row0 + r) * row_stride + c * 8 : head_base;
-      cp_async_16(smem + r * Traits::kRowStride + c * 8, src, valid ? 16 : 0);
+      cp_async_16(smem + r * Traits::kRowStride + (kSwizzle ? c ^ (r & 7) : c) * 8, src, valid ? 16 : 0);
     }
   }
 }
