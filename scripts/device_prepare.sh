@@ -30,7 +30,7 @@ nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/
   -o build-device/sm80_fwd_tiles
 nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude -isystem "$cutlass" \
   bench/kernels/sm90_fwd_wgmma.cu -o build-device/sm90_fwd_wgmma
-nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude -isystem "$cutlass" \
+nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Isrc -Iinclude -isystem "$cutlass" \
   bench/kernels/sm90_bwd_wgmma.cu -o build-device/sm90_bwd_wgmma
 mkdir -p .device/lib
 xz -T2 -6 -c build-device/libflashtile.so.0.1.0 > .device/libflashtile.so.0.1.0.xz

@@ -9,13 +9,15 @@
 #      backward alone (sm80, default mode), benchAdet: the backward's deterministic mode; peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   smallsmem: the backward as an A100 (163 KB) and a 99 KB GPU would run it (FLASHTILE_CUDA_SMEM_LIMIT);
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
-#   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper harness); bwdwgmma: bench/kernels/sm90_bwd_wgmma (step 0 of
-#     the Hopper backward);
+#   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper harness); bwdwgmma: bench/kernels/sm90_bwd_wgmma (the
+#     Hopper backward in development);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
 #   profilebwd: the same for the backward (flashtile's dK/dV kernel in the default mode, FA2's main kernel;
 #     PROFILE_B, PROFILE_S, PROFILE_D pick the problem, H = 2048 / D as in grid A);
+#   profilebwdwgmma: Nsight Compute on the Hopper backward harness's kernel (with its SASS source counters) and on
+#     cuDNN's backward kernels, B=8 H=16 S=2048 D=128 full;
 #   ab: this tree's library, then each candidate library of .device/cand-*/ (scripts/candidate_lib.sh <ref> <name>),
 #     through the same tool: `flashtile bench $AB_ARGS` (default grid A bf16 forward and backward, sm80) into
 #     ab-<name>.jsonl, bench/ab_table.py's summary; AB_CANDS=name,... picks candidates (default all); AB_TESTS=1
@@ -66,7 +68,7 @@ if want wgmma; then  # the Hopper harness: wgmma products checked against the sm
   timeout 120 build-device/sm90_fwd_wgmma 2>&1 | tee "$out/sm90-wgmma.txt"
 fi
 
-if want bwdwgmma; then  # the Hopper backward harness, step 0: wgmma products checked against the sm80 backward
+if want bwdwgmma; then  # the Hopper backward harness: checked against the sm80 backward and timed beside it
   echo "== sm90 backward wgmma harness"
   timeout 120 build-device/sm90_bwd_wgmma 2>&1 | tee "$out/sm90-bwd-wgmma.txt"
 fi
@@ -87,7 +89,7 @@ if want tests; then  # the forward families in separate processes: a crash in on
 fi
 
 if want smallsmem; then  # the backward's rows for smaller GPUs, on this one with its shared-memory limit lowered
-  echo "== GPU tests, backward, as an A100 (163 KB: one step buffer at D = 64, 128, 192, 256)"
+  echo "== GPU tests, backward, as an A100 (163 KB: the dK/dV kernel with one step buffer at D = 64 and 256, two at 96, 128, 192)"
   FLASHTILE_CUDA_SMEM_LIMIT=166912 timeout 240 build-device/cuda_backward_test --gtest_brief=1 2>&1 |
     tee "$out/gpu-tests-backward-163KB.txt" | tail -4 || status=1
   echo "== GPU tests, backward, as a 99 KB GPU (RTX 30/40: the small rows)"
@@ -150,6 +152,28 @@ with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
 torch.cuda.synchronize()" > "$out/ncu-bwd-fa2.txt" 2>&1 || status=1
   grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Executed Instructions  |Shared Memory Throughput|Block Size|Grid Size|Dynamic Shared" \
     "$out/ncu-bwd-flashtile.txt" "$out/ncu-bwd-fa2.txt"
+fi
+
+if want profilebwdwgmma; then  # the Hopper backward harness's kernel and cuDNN's backward, B=8 H=16 S=2048 D=128 full
+  echo "== ncu: sm90 backward harness kernel and cuDNN's backward kernels, B=8 H=16 S=2048 D=128 bf16 full"
+  timeout 200 ncu --set full --import-source yes --launch-skip 1 --launch-count 1 -k regex:bwd_wgmma_kernel \
+    -o "$out/ncu-bwd-wgmma" build-device/sm90_bwd_wgmma 8 2048 16 full > /dev/null 2>&1 || status=1
+  ncu --import "$out/ncu-bwd-wgmma.ncu-rep" --print-details all > "$out/ncu-bwd-wgmma.txt" 2>&1
+  ncu --import "$out/ncu-bwd-wgmma.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 > "$out/ncu-bwd-wgmma-sass.csv.xz"
+  rm -f "$out/ncu-bwd-wgmma.ncu-rep"
+  # cuDNN's kernels of one forward and backward, after warm-up (the profiler range is that one step)
+  timeout 240 ncu --set full --profile-from-start off --print-details all python3 -c "
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q = torch.randn(8, 16, 2048, 128, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+    for i in range(4):
+        if i == 3: torch.cuda.profiler.start()
+        torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()" > "$out/ncu-bwd-cudnn.txt" 2>&1 || status=1
+  grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Shared Memory Throughput|Block Size|Grid Size|Dynamic Shared" \
+    "$out/ncu-bwd-wgmma.txt" "$out/ncu-bwd-cudnn.txt" | cut -c1-200
 fi
 
 if want install; then  # the wheel from `WHEEL=1 scripts/device_prepare.sh`, installed as a user would, then the suite

@@ -1,16 +1,27 @@
-// Development harness for the Hopper backward (issue 7), step 0b: the sm80 dK/dV kernel's schedule (a CTA of two
-// warpgroups owns 128 keys and walks the query rows 64 at a time; P and dS through shared memory; dQ added into
-// an fp32 accumulator with atomics) with all five products on wgmma, loads by cp.async from every thread, two
-// step buffers (step 0 had one: its loads were exposed), no producer warpgroup. Checked against the library's
-// sm80 backward on the same inputs (O and LSE from the library's sm80 forward) and timed beside it. Head dim
-// 128, bf16, full or causal attention, Sq = Sk.
+// Development harness for the Hopper backward (issue 7), step 1b: warp specialization. A CTA owns 128 keys of one
+// head and walks the query rows 64 at a time (the sm80 dK/dV kernel's schedule, all five products on wgmma):
+//   - warpgroup 0 is the producer: one thread loads K and V once, then each step's Q, dO, LSE and D by TMA into
+//     a two-deep ring of buffers (mbarriers: full when the bytes have landed, empty when both consumer
+//     warpgroups are done with them); it gives its registers away (setmaxnreg);
+//   - warpgroups 1 and 2 are consumers, 64 keys each; they meet only at named barriers (both warpgroups' dS are
+//     needed by dQ; P and dS are rewritten only after both have read them);
+//   - dQ leaves through shared memory: each warpgroup writes its 64 x 64 fp32 part there and one thread adds it
+//     to the fp32 accumulator in global memory by TMA (reduce-add), so the consumers issue no atomics (step 0b
+//     issued 32 per thread per step). Step 1 issued one bulk add per 256-byte row, which the compiler turned
+//     into a loop of 64 serial bulk instructions per step: the warpgroup's other warps waited for it at the next
+//     product (docs/perf-log.md); one TMA instruction per step is step 1b.
+// Checked against the library's sm80 backward on the same inputs (O and LSE from the library's sm80 forward) and
+// timed beside it. Head dim 128, bf16, full or causal attention, Sq = Sk, Sq % 4 == 0 (the TMA rows of LSE and D
+// are 16-byte aligned).
 //
-// Per step and warpgroup w (keys w * 64 .. w * 64 + 63 of the CTA's 128):
-//   S_w  = Q K_w^T, dP_w = dO V_w^T     (64 queries x 64 keys; A and B K-major from shared memory)
+// Per step and consumer warpgroup w (keys w * 64 .. w * 64 + 63 of the CTA's 128):
+//   S_w  = Q K_w^T, dP_w = dO V_w^T     (64 queries x 64 keys; A and B K-major from shared memory); P_w from S_w
+//                                        while dP_w is still on the tensor cores
 //   P_w, dS_w -> sP, sdS                (64 queries x 128 keys, keys contiguous)
 //   dV_w += P_w^T dO, dK_w += dS_w^T Q  (64 keys x 128 columns; A = the transposed view of sP / sdS and B = the
 //                                        transposed view of dO / Q: both MN-major)
 //   dQ[:, w * 64 ..] += dS K            (64 queries x 64 columns over all 128 keys; B = K's transposed view)
+// Shared memory: K, V 32 KB each; Q, dO 2 x 16 KB each; P, dS 16 KB each; dQ 2 x 16 KB; LSE and D 2 x 256 B each.
 //
 // Not part of the library. Build here (CUTLASS headers from the pinned nvidia-cutlass wheel in .deps/):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude \
@@ -21,6 +32,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -33,7 +46,8 @@ namespace sm90_bwd {
 
 using namespace cute;
 using Element = cutlass::bfloat16_t;
-constexpr int kHeadDim = 128, kBlockN = 128, kBlockM = 64, kThreads = 256;
+constexpr int kHeadDim = 128, kBlockN = 128, kBlockM = 64, kStages = 2;
+constexpr int kThreads = 384;  // the producer warpgroup and two consumers
 using D = Int<kHeadDim>;
 using N = Int<kBlockN>;
 using M = Int<kBlockM>;
@@ -42,8 +56,11 @@ using HalfD = Int<kHeadDim / 2>;  // a warpgroup's dQ columns
 
 using Atom = GMMA::Layout_K_SW128_Atom<Element>;
 using SmemLayoutQ = decltype(tile_to_shape(Atom{}, Shape<M, D>{}));  // Q, dO: (queries, head dim)
+using SmemLayoutQStages = decltype(tile_to_shape(Atom{}, Shape<M, D, Int<kStages>>{}));
 using SmemLayoutK = decltype(tile_to_shape(Atom{}, Shape<N, D>{}));  // K, V: (keys, head dim)
 using SmemLayoutP = decltype(tile_to_shape(Atom{}, Shape<M, N>{}));  // P, dS: (queries, keys)
+using SmemLayoutRows = Layout<Shape<M, Int<kStages>>>;               // LSE, D: (queries, stage)
+using SmemLayoutDq = Layout<Shape<M, HalfD>, Stride<HalfD, _1>>;     // a warpgroup's dQ part, fp32, row-major
 // Transposed views, MN-major as the products that read them need (as the forward's V for P V).
 using SmemLayoutQt = decltype(composition(SmemLayoutQ{}, make_ordered_layout(Shape<D, M>{}, Step<_2, _1>{})));
 using SmemLayoutKt = decltype(composition(SmemLayoutK{}, make_ordered_layout(Shape<D, N>{}, Step<_2, _1>{})));
@@ -56,20 +73,47 @@ using MmaKV = decltype(make_tiled_mma(
 using MmaDQ = decltype(make_tiled_mma(
     GMMA::ss_op_selector<Element, Element, float, Shape<_64, HalfD, N>, GMMA::Major::K, GMMA::Major::MN>()));
 
+// The TMA descriptors: q, dO (seqlen, head dim, heads, batch) in 64-row boxes; k, v in 128-row boxes; LSE and D
+// (seqlen, heads, batch) in 64-row boxes. Rows past the sequence end arrive as zeros.
+auto rows_tensor(const Element* ptr, int seqlen, int heads, int batch, const int64_t* stride) {
+  return make_tensor(make_gmem_ptr(ptr), make_layout(make_shape(seqlen, kHeadDim, heads, batch),
+                                                     make_stride(stride[1], _1{}, stride[2], stride[0])));
+}
+auto stats_tensor(const float* ptr, int seqlen, int heads, int batch, int64_t head_stride, int64_t batch_stride) {
+  return make_tensor(make_gmem_ptr(ptr),
+                     make_layout(make_shape(seqlen, heads, batch), make_stride(_1{}, head_stride, batch_stride)));
+}
+using TmaRows = decltype(make_tma_copy(SM90_TMA_LOAD{}, rows_tensor(nullptr, 1, 1, 1, nullptr), SmemLayoutQ{}));
+using TmaKeys = decltype(make_tma_copy(SM90_TMA_LOAD{}, rows_tensor(nullptr, 1, 1, 1, nullptr), SmemLayoutK{}));
+using TmaStats = decltype(make_tma_copy(SM90_TMA_LOAD{}, stats_tensor(nullptr, 1, 1, 1, 1, 1), Layout<M>{}));
+// The fp32 dQ accumulator, (seqlen, head dim, heads, batch), rows contiguous: added to in 64 x 64 boxes.
+auto dq_tensor(float* ptr, int seqlen, int heads, int batch) {
+  const int64_t head = int64_t(seqlen) * kHeadDim;
+  return make_tensor(make_gmem_ptr(ptr), make_layout(make_shape(seqlen, kHeadDim, heads, batch),
+                                                     make_stride(int64_t(kHeadDim), _1{}, head, head * heads)));
+}
+using TmaDq = decltype(make_tma_copy(SM90_TMA_REDUCE_ADD{}, dq_tensor(nullptr, 1, 1, 1), SmemLayoutDq{}));
+struct Params {
+  TmaRows tma_q, tma_do;
+  TmaKeys tma_k, tma_v;
+  TmaStats tma_lse, tma_delta;
+  TmaDq tma_dq;
+  flashtile::cuda::BwdKernelParams p;
+};
+
 struct SharedStorage {
   alignas(1024) Element k[cosize_v<SmemLayoutK>];
   alignas(1024) Element v[cosize_v<SmemLayoutK>];
-  alignas(1024) Element q[2][cosize_v<SmemLayoutQ>];  // two step buffers: the next step's rows load during
-  alignas(1024) Element dout[2][cosize_v<SmemLayoutQ>];  // this step's products
+  alignas(1024) Element q[cosize_v<SmemLayoutQStages>];
+  alignas(1024) Element dout[cosize_v<SmemLayoutQStages>];
   alignas(1024) Element p[cosize_v<SmemLayoutP>];
   alignas(1024) Element ds[cosize_v<SmemLayoutP>];
-  float lse2[2][kBlockM], delta[2][kBlockM];
+  alignas(128) float dq[2][cosize_v<SmemLayoutDq>];  // per consumer warpgroup
+  alignas(128) float lse[cosize_v<SmemLayoutRows>];  // natural log, as the forward stores it
+  alignas(128) float delta[cosize_v<SmemLayoutRows>];
+  uint64_t kv_full, full[kStages], empty[kStages];
 };
-
-template <int kRows, class SmemTensor>  // every thread copies (harness.hpp)
-__device__ void load_rows(SmemTensor smem, const Element* head, int64_t stride, int row0, int rows) {
-  harness::load_rows<kRows, kHeadDim, kThreads>(smem, head, stride, row0, rows);
-}
+constexpr uint32_t kStepBytes = 2 * kBlockM * kHeadDim * sizeof(Element) + 2 * kBlockM * sizeof(float);
 
 // Issues acc (+)= A B over every k block of the operands, asynchronously.
 template <class Mma, class FragA, class FragB, class Acc>
@@ -85,29 +129,86 @@ __device__ void issue(Mma& mma, const FragA& a, const FragB& b, Acc& acc, bool a
   warpgroup_commit_batch();
 }
 
-__global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const flashtile::cuda::BwdKernelParams p) {
+// Named barriers (0 is __syncthreads): 1 + w for consumer warpgroup w's own threads; kDsBarrier when both
+// warpgroups' dS are in shared memory; kStepBarrier + w when warpgroup w may overwrite its P and dS (it waits
+// there, the other warpgroup arrives once its dQ product of the step before has read them).
+constexpr int kDsBarrier = 3, kStepBarrier = 4;
+__device__ void named_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads)); }
+
+__global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const __grid_constant__ Params prm) {
+  const flashtile::cuda::BwdKernelParams& p = prm.p;
   const flashtile::cuda::FwdKernelParams& f = p.fwd;
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SharedStorage& smem = *reinterpret_cast<SharedStorage*>(smem_raw);
+  using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+  using EmptyBarrier = cutlass::arch::ClusterBarrier;
+
+  const int n_block = blockIdx.x % p.n_blocks, bh = blockIdx.x / p.n_blocks;
+  const int b = bh / f.heads_q, h = bh % f.heads_q;  // no GQA in the harness
+  const int key0 = n_block * kBlockN;
+  // The query rows that see any of the CTA's keys, in steps of kBlockM from a multiple of it.
+  const int row_first = max(0, key0 - f.key_offset - f.window_right) / kBlockM * kBlockM;
+  const int row_end = min(f.seqlen_q, key0 + kBlockN - f.key_offset + f.window_left);
+  const int steps = row_first < row_end ? (row_end - row_first + kBlockM - 1) / kBlockM : 0;
+  const int warpgroup = threadIdx.x / 128, tid = threadIdx.x % 128;
+
+  if (threadIdx.x == 0) {
+    FullBarrier::init(&smem.kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&smem.full[s], 1);
+      EmptyBarrier::init(&smem.empty[s], 2 * 128);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  auto sQ = make_tensor(make_smem_ptr(smem.q), SmemLayoutQStages{});     // (M, D, stage)
+  auto sdO = make_tensor(make_smem_ptr(smem.dout), SmemLayoutQStages{});
   auto sK = make_tensor(make_smem_ptr(smem.k), SmemLayoutK{});
   auto sV = make_tensor(make_smem_ptr(smem.v), SmemLayoutK{});
+  auto sLse = make_tensor(make_smem_ptr(smem.lse), SmemLayoutRows{});    // (M, stage)
+  auto sDelta = make_tensor(make_smem_ptr(smem.delta), SmemLayoutRows{});
+
+  if (warpgroup == 0) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<24>();
+    if (threadIdx.x != 0 || steps == 0) return;
+    const auto rows_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
+    const auto stats_shape = make_shape(f.seqlen_q, f.heads_q, f.batch);
+    auto gQ = local_tile(prm.tma_q.get_tma_tensor(rows_shape)(_, _, h, b), Shape<M, D>{}, make_coord(_, 0));
+    auto gdO = local_tile(prm.tma_do.get_tma_tensor(rows_shape)(_, _, h, b), Shape<M, D>{}, make_coord(_, 0));
+    auto gK = local_tile(prm.tma_k.get_tma_tensor(rows_shape)(_, _, h, b), Shape<N, D>{}, make_coord(n_block, 0));
+    auto gV = local_tile(prm.tma_v.get_tma_tensor(rows_shape)(_, _, h, b), Shape<N, D>{}, make_coord(n_block, 0));
+    auto gLse = local_tile(prm.tma_lse.get_tma_tensor(stats_shape)(_, h, b), Shape<M>{}, make_coord(_));
+    auto gDelta = local_tile(prm.tma_delta.get_tma_tensor(stats_shape)(_, h, b), Shape<M>{}, make_coord(_));
+    auto [tQg, tQs] = tma_partition(prm.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ), group_modes<0, 2>(gQ));
+    auto [tdOg, tdOs] =
+        tma_partition(prm.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO), group_modes<0, 2>(gdO));
+    auto [tKg, tKs] = tma_partition(prm.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVg, tVs] = tma_partition(prm.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    auto [tLg, tLs] = tma_partition(prm.tma_lse, Int<0>{}, Layout<_1>{}, sLse, gLse);
+    auto [tDg, tDs] = tma_partition(prm.tma_delta, Int<0>{}, Layout<_1>{}, sDelta, gDelta);
+    FullBarrier::arrive_and_expect_tx(&smem.kv_full, 2 * kBlockN * kHeadDim * sizeof(Element));
+    copy(prm.tma_k.with(smem.kv_full), tKg, tKs);
+    copy(prm.tma_v.with(smem.kv_full), tVg, tVs);
+    for (int i = 0; i < steps; ++i) {
+      const int s = i % kStages, m = row_first / kBlockM + i;
+      if (i >= kStages) EmptyBarrier::wait(&smem.empty[s], (i / kStages - 1) % 2);  // step i - kStages is done
+      FullBarrier::arrive_and_expect_tx(&smem.full[s], kStepBytes);
+      copy(prm.tma_q.with(smem.full[s]), tQg(_, m), tQs(_, s));
+      copy(prm.tma_do.with(smem.full[s]), tdOg(_, m), tdOs(_, s));
+      copy(prm.tma_lse.with(smem.full[s]), tLg(_, m), tLs(_, s));
+      copy(prm.tma_delta.with(smem.full[s]), tDg(_, m), tDs(_, s));
+    }
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<240>();
+  const int w = warpgroup - 1;  // this consumer's keys: w * 64 .. w * 64 + 63 of the CTA's
   auto sP = make_tensor(make_smem_ptr(smem.p), SmemLayoutP{});
   auto sdS = make_tensor(make_smem_ptr(smem.ds), SmemLayoutP{});
   auto sKt = make_tensor(make_smem_ptr(smem.k), SmemLayoutKt{});
   auto sPt = make_tensor(make_smem_ptr(smem.p), SmemLayoutPt{});
   auto sdSt = make_tensor(make_smem_ptr(smem.ds), SmemLayoutPt{});
-
-  const int n_block = blockIdx.x % p.n_blocks, bh = blockIdx.x / p.n_blocks;
-  const int b = bh / f.heads_q, h = bh % f.heads_q;  // no GQA in the harness
-  const int key0 = n_block * kBlockN;
-  const Element* k_head = static_cast<const Element*>(f.k) + b * f.k_stride[0] + h * f.k_stride[2];
-  const Element* v_head = static_cast<const Element*>(f.v) + b * f.v_stride[0] + h * f.v_stride[2];
-  const Element* q_head = static_cast<const Element*>(f.q) + b * f.q_stride[0] + h * f.q_stride[2];
-  const Element* do_head = static_cast<const Element*>(p.dout) + b * p.dout_stride[0] + h * p.dout_stride[2];
-  load_rows<kBlockN>(sK, k_head, f.k_stride[1], key0, f.seqlen_k);
-  load_rows<kBlockN>(sV, v_head, f.v_stride[1], key0, f.seqlen_k);
-
-  const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
   MmaSdP mma_sdp;
   MmaKV mma_kv;
   MmaDQ mma_dq;
@@ -115,13 +216,13 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const flashtile:
   auto thr_kv = mma_kv.get_thread_slice(tid);
   auto thr_dq = mma_dq.get_thread_slice(tid);
   // This warpgroup's slices of the shared tiles.
-  auto sK_w = local_tile(sK, Shape<HalfN, D>{}, make_coord(wg, 0));
-  auto sV_w = local_tile(sV, Shape<HalfN, D>{}, make_coord(wg, 0));
-  auto sP_w = local_tile(sP, Shape<M, HalfN>{}, make_coord(0, wg));
-  auto sdS_w = local_tile(sdS, Shape<M, HalfN>{}, make_coord(0, wg));
-  auto sPt_w = local_tile(sPt, Shape<HalfN, M>{}, make_coord(wg, 0));
-  auto sdSt_w = local_tile(sdSt, Shape<HalfN, M>{}, make_coord(wg, 0));
-  auto sKt_w = local_tile(sKt, Shape<HalfD, N>{}, make_coord(wg, 0));
+  auto sK_w = local_tile(sK, Shape<HalfN, D>{}, make_coord(w, 0));
+  auto sV_w = local_tile(sV, Shape<HalfN, D>{}, make_coord(w, 0));
+  auto sP_w = local_tile(sP, Shape<M, HalfN>{}, make_coord(0, w));
+  auto sdS_w = local_tile(sdS, Shape<M, HalfN>{}, make_coord(0, w));
+  auto sPt_w = local_tile(sPt, Shape<HalfN, M>{}, make_coord(w, 0));
+  auto sdSt_w = local_tile(sdSt, Shape<HalfN, M>{}, make_coord(w, 0));
+  auto sKt_w = local_tile(sKt, Shape<HalfD, N>{}, make_coord(w, 0));
 
   auto tSrS = partition_fragment_C(mma_sdp, Shape<_64, HalfN>{});
   auto tSrdP = partition_fragment_C(mma_sdp, Shape<_64, HalfN>{});
@@ -130,133 +231,118 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const flashtile:
   auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, HalfD>{});
   clear(tVrdV);
   clear(tKrdK);
+  // Element i of S, dP (and P, dS) sits at tScS(i) within (64 queries, the warpgroup's 64 keys): a thread holds
+  // rows r and r + 8 ((i / 2) % 2 says which), columns 2t and 2t + 1 of each 8-key block (i and i + 1).
   auto tScS = thr_sdp.partition_C(make_identity_tensor(Shape<_64, HalfN>{}));
   auto tSsP = thr_sdp.partition_C(sP_w);
   auto tSsdS = thr_sdp.partition_C(sdS_w);
+  auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, HalfD>{}));
+  const int key_w0 = key0 + w * (kBlockN / 2);  // this warpgroup's first key
+  // This warpgroup's columns of dQ, per step, and the TMA's view of them (issued by thread 0 of the warpgroup).
+  auto sdQ = make_tensor(make_smem_ptr(smem.dq[w]), SmemLayoutDq{});
+  auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch))(_, _, h, b),
+                        Shape<M, HalfD>{}, make_coord(_, w));  // (64, 64, query block)
+  auto [tdQg, tdQs] = tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdQ), group_modes<0, 2>(gdQ));
 
-  const int row_begin = max(0, key0 - f.key_offset - f.window_right);
-  const int row_end = min(f.seqlen_q, key0 + kBlockN - f.key_offset + f.window_left);
-  const int key_w0 = key0 + wg * (kBlockN / 2);  // this warpgroup's first key
-  // One step's Q and dO rows into buffer buf by cp.async (one commit group, which for the first step also holds K
-  // and V's copies).
-  auto load_step = [&](int row0, int buf) {
-    load_rows<kBlockM>(make_tensor(make_smem_ptr(smem.q[buf]), SmemLayoutQ{}), q_head, f.q_stride[1], row0,
-                       f.seqlen_q);
-    load_rows<kBlockM>(make_tensor(make_smem_ptr(smem.dout[buf]), SmemLayoutQ{}), do_head, p.dout_stride[1], row0,
-                       f.seqlen_q);
-    asm volatile("cp.async.commit_group;\n" ::);
-  };
-  // Thread t < kBlockM's row of a step: its LSE (natural log, as stored) and D. Rows past the end get LSE = D = 0:
-  // with zero Q and dO rows they add nothing.
-  auto row_stats = [&](int row0, float& lse, float& d) {
-    const int row = row0 + threadIdx.x;
-    const bool real = row < f.seqlen_q;
-    lse = real ? f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] : 0.0f;
-    d = real ? p.delta[(int64_t(b) * f.heads_q + h) * f.seqlen_q + row] : 0.0f;
-  };
-  auto store_stats = [&](int buf, float lse, float d) {
-    smem.lse2[buf][threadIdx.x] = flashtile::cuda::sm80::lse_log2(lse);
-    smem.delta[buf][threadIdx.x] = d;
-  };
-  const int row_first = row_begin / kBlockM * kBlockM;
-  if (row_first < row_end) {
-    load_step(row_first, 0);
-    if (threadIdx.x < kBlockM) {
-      float lse, d;
-      row_stats(row_first, lse, d);
-      store_stats(0, lse, d);
+  if (steps > 0) FullBarrier::wait(&smem.kv_full, 0);
+  for (int i = 0; i < steps; ++i) {
+    const int s = i % kStages, row0 = row_first + i * kBlockM;
+    FullBarrier::wait(&smem.full[s], (i / kStages) % 2);
+    auto sQ_s = sQ(_, _, s);
+    auto sdO_s = sdO(_, _, s);
+    auto sQt = make_tensor(sQ_s.data(), SmemLayoutQt{});
+    auto sdOt = make_tensor(sdO_s.data(), SmemLayoutQt{});
+    issue(mma_sdp, thr_sdp.partition_fragment_A(sQ_s), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
+    issue(mma_sdp, thr_sdp.partition_fragment_A(sdO_s), thr_sdp.partition_fragment_B(sV_w), tSrdP, false);
+    float lse2[2], delta[2];  // this thread's two rows
+    CUTE_UNROLL
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = get<0>(tScS(2 * hr));
+      lse2[hr] = sLse(r, s) * 1.4426950408889634f;
+      delta[hr] = sDelta(r, s);
     }
-  }
-  int buf = 0;
-  for (int row0 = row_first; row0 < row_end; row0 += kBlockM, buf ^= 1) {
-    // The next step's rows go into the other buffer, which the previous step last read before its closing
-    // barrier; then this step's group (the older one) is waited for. The next step's LSE and D are loaded into
-    // registers now and stored to shared memory at the end of this step, so nothing waits for those loads.
-    const bool has_next = row0 + kBlockM < row_end;
-    float next_lse = 0.0f, next_d = 0.0f;
-    if (has_next) {
-      load_step(row0 + kBlockM, buf ^ 1);
-      if (threadIdx.x < kBlockM) row_stats(row0 + kBlockM, next_lse, next_d);
-      asm volatile("cp.async.wait_group 1;\n" ::);
-    } else {
-      asm volatile("cp.async.wait_group 0;\n" ::);
-    }
-    cutlass::arch::fence_view_async_shared();  // generic-proxy writes (cp.async) -> async-proxy reads (wgmma)
-    __syncthreads();
-    auto sQ = make_tensor(make_smem_ptr(smem.q[buf]), SmemLayoutQ{});
-    auto sdO = make_tensor(make_smem_ptr(smem.dout[buf]), SmemLayoutQ{});
-    auto sQt = make_tensor(make_smem_ptr(smem.q[buf]), SmemLayoutQt{});
-    auto sdOt = make_tensor(make_smem_ptr(smem.dout[buf]), SmemLayoutQt{});
-    const float* lse2 = smem.lse2[buf];
-    const float* delta = smem.delta[buf];
-
-    issue(mma_sdp, thr_sdp.partition_fragment_A(sQ), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
-    issue(mma_sdp, thr_sdp.partition_fragment_A(sdO), thr_sdp.partition_fragment_B(sV_w), tSrdP, false);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tSrS);
-    warpgroup_fence_operand(tSrdP);
     const int last_query = min(row0 + kBlockM, f.seqlen_q) - 1;
     const bool full_tile = last_query + f.key_offset - f.window_left <= key_w0 &&
                            row0 + f.key_offset + f.window_right >= key_w0 + kBlockN / 2 - 1 &&
                            key_w0 + kBlockN / 2 <= f.seqlen_k;
-    auto grads = [&](auto masked) {
+    // P in place of S, while dP is still on the tensor cores.
+    warpgroup_wait<1>();
+    warpgroup_fence_operand(tSrS);
+    auto probs = [&](auto masked) {
       CUTE_UNROLL
-      for (int i = 0; i < size(tSrS); ++i) {
-        const int r = get<0>(tScS(i)), query = row0 + r, key = key_w0 + get<1>(tScS(i));
-        float x = tSrS(i);
+      for (int e = 0; e < size(tSrS); ++e) {
+        float x = tSrS(e);
         if (decltype(masked)::value) {
+          const int query = row0 + get<0>(tScS(e)), key = key_w0 + get<1>(tScS(e));
           const bool visible = key < f.seqlen_k && key >= query + f.key_offset - f.window_left &&
                                key <= query + f.key_offset + f.window_right;
           x = visible ? x : -INFINITY;
         }
-        const float prob = flashtile::cuda::exp2_approx(fmaf(x, f.scale_log2, -lse2[r]));
-        // dS without the softmax scale, as the library's sm80 backward keeps it: the scale is applied once, to dK
-        // below and to dQ when the fp32 accumulator is converted
-        const float ds = prob == 0.0f ? 0.0f : prob * (tSrdP(i) - delta[r]);
-        tSsP(i) = Element(prob);
-        tSsdS(i) = Element(ds);
+        tSrS(e) = flashtile::cuda::exp2_approx(fmaf(x, f.scale_log2, -lse2[(e / 2) % 2]));
       }
     };
     if (full_tile)
-      grads(std::false_type{});
+      probs(std::false_type{});
     else
-      grads(std::true_type{});
-    cutlass::arch::fence_view_async_shared();
-    __syncthreads();  // both warpgroups' P and dS are in shared memory
-
+      probs(std::true_type{});
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tSrdP);
+    // P and dS (without the softmax scale, as the library's sm80 backward keeps it: the scale is applied once, to
+    // dK below and to dQ when the fp32 accumulator is converted) into shared memory, two columns per store. The
+    // other warpgroup may still be reading the previous step's dS for its dQ until the step barrier.
+    if (i > 0) named_sync(kStepBarrier + w, 2 * 128);
+    CUTE_UNROLL
+    for (int e = 0; e < size(tSrS); e += 2) {
+      const float p0 = tSrS(e), p1 = tSrS(e + 1);
+      const float ds0 = p0 == 0.0f ? 0.0f : p0 * (tSrdP(e) - delta[(e / 2) % 2]);
+      const float ds1 = p1 == 0.0f ? 0.0f : p1 * (tSrdP(e + 1) - delta[(e / 2) % 2]);
+      const __nv_bfloat162 pp = __floats2bfloat162_rn(p0, p1), dd = __floats2bfloat162_rn(ds0, ds1);
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&tSsP(e)))),
+                   "r"(*reinterpret_cast<const uint32_t*>(&pp)));
+      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&tSsdS(e)))),
+                   "r"(*reinterpret_cast<const uint32_t*>(&dd)));
+    }
+    cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> async-proxy reads (wgmma)
+    named_sync(1 + w, 128);                    // this warpgroup's P and dS are in place
     issue(mma_kv, thr_kv.partition_fragment_A(sPt_w), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
     issue(mma_kv, thr_kv.partition_fragment_A(sdSt_w), thr_kv.partition_fragment_B(sQt), tKrdK, true);
+    named_sync(kDsBarrier, 2 * 128);  // and the other's dS, which dQ reads too
     issue(mma_dq, thr_dq.partition_fragment_A(sdS), thr_dq.partition_fragment_B(sKt_w), tQrdQ, false);
     warpgroup_wait<0>();
     warpgroup_fence_operand(tVrdV);
     warpgroup_fence_operand(tKrdK);
     warpgroup_fence_operand(tQrdQ);
-    float* dq_head = p.dq_accum + (int64_t(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
-    auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, HalfD>{}));
+    EmptyBarrier::arrive(&smem.empty[s]);  // Q, dO, LSE and D of this stage are read
+    if (i + 1 < steps) asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
+
+    // dQ: the previous step's add must have read sdQ before it is overwritten. Rows past the sequence end are
+    // clipped by the descriptor.
+    if (tid == 0) tma_store_wait<0>();
+    named_sync(1 + w, 128);
     CUTE_UNROLL
-    for (int i = 0; i < size(tQrdQ); i += 2) {  // elements i, i + 1: columns 2t, 2t + 1 of one row
-      const int row = row0 + get<0>(tQcQ(i)), col = wg * (kHeadDim / 2) + get<1>(tQcQ(i));
-      if (row < f.seqlen_q)
-        atomicAdd(reinterpret_cast<float2*>(dq_head + int64_t(row) * f.head_dim + col),
-                  make_float2(tQrdQ(i), tQrdQ(i + 1)));
+    for (int e = 0; e < size(tQrdQ); e += 2)
+      *reinterpret_cast<float2*>(&sdQ(get<0>(tQcQ(e)), get<1>(tQcQ(e)))) = make_float2(tQrdQ(e), tQrdQ(e + 1));
+    cutlass::arch::fence_view_async_shared();  // the TMA reads through the async proxy
+    named_sync(1 + w, 128);
+    if (tid == 0) {
+      copy(prm.tma_dq, tdQs, tdQg(_, row0 / kBlockM));
+      tma_store_arrive();
     }
-    if (has_next && threadIdx.x < kBlockM) store_stats(buf ^ 1, next_lse, next_d);
-    __syncthreads();  // every read of this step's buffer, P and dS is done before they are refilled
   }
+  if (tid == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // the adds are done before exit
 
-  asm volatile("cp.async.commit_group;\n" ::);  // with no step, K and V's copies are still in flight
-  asm volatile("cp.async.wait_group 0;\n" ::);
-
+  // Each warpgroup waits at its step barrier in steps 1 .. steps - 1 and the other arrives there after steps
+  // 0 .. steps - 2, so none is left open here.
   // dK and dV rows of this warpgroup's keys.
   Element* dk_head = static_cast<Element*>(p.dk) + b * p.dk_stride[0] + h * p.dk_stride[2];
   Element* dv_head = static_cast<Element*>(p.dv) + b * p.dv_stride[0] + h * p.dv_stride[2];
   auto tKcK = thr_kv.partition_C(make_identity_tensor(Shape<_64, D>{}));
   CUTE_UNROLL
-  for (int i = 0; i < size(tKrdK); ++i) {
-    const int key = key_w0 + get<0>(tKcK(i)), col = get<1>(tKcK(i));
+  for (int e = 0; e < size(tKrdK); ++e) {
+    const int key = key_w0 + get<0>(tKcK(e)), col = get<1>(tKcK(e));
     if (key < f.seqlen_k) {
-      dk_head[key * p.dk_stride[1] + col] = Element(tKrdK(i) * p.scale);
-      dv_head[key * p.dv_stride[1] + col] = Element(tVrdV(i));
+      dk_head[key * p.dk_stride[1] + col] = Element(tKrdK(e) * p.scale);
+      dv_head[key * p.dv_stride[1] + col] = Element(tVrdV(e));
     }
   }
 }
@@ -298,16 +384,37 @@ void run(int batch, int seqlen, int heads, bool causal) {
   p.fwd.m_blocks = (seqlen + sm80::BwdDqTraits<kD>::kBlockM - 1) / sm80::BwdDqTraits<kD>::kBlockM;
   const float ms80 = harness::median_ms([&] { CHECK((sm80::launch_bwd<__nv_bfloat16, kD>(p, nullptr))); });
 
-  // The same problem through the step-0 kernel; D (delta) is the library's, from the calls above.
-  BwdKernelParams p90 = p;
-  p90.dk = dk90, p90.dv = dv90, p90.dq_accum = dq90;
-  p90.n_blocks = (seqlen + sm90_bwd::kBlockN - 1) / sm90_bwd::kBlockN;
+  // The same problem through the step-1 kernel; D (delta) is the library's, from the calls above ((batch, head,
+  // row), contiguous).
+  sm90_bwd::Params prm{};
+  prm.p = p;
+  prm.p.dk = dk90, prm.p.dv = dv90, prm.p.dq_accum = dq90;
+  prm.p.n_blocks = (seqlen + sm90_bwd::kBlockN - 1) / sm90_bwd::kBlockN;
+  {
+    using namespace cute;
+    using sm90_bwd::Element;
+    auto rows = [&](const void* ptr, const int64_t* stride) {
+      return sm90_bwd::rows_tensor(static_cast<const Element*>(ptr), seqlen, heads, batch, stride);
+    };
+    prm.tma_q = make_tma_copy(SM90_TMA_LOAD{}, rows(q, f.q_stride), sm90_bwd::SmemLayoutQ{});
+    prm.tma_do = make_tma_copy(SM90_TMA_LOAD{}, rows(dout, p.dout_stride), sm90_bwd::SmemLayoutQ{});
+    prm.tma_k = make_tma_copy(SM90_TMA_LOAD{}, rows(k, f.k_stride), sm90_bwd::SmemLayoutK{});
+    prm.tma_v = make_tma_copy(SM90_TMA_LOAD{}, rows(v, f.v_stride), sm90_bwd::SmemLayoutK{});
+    prm.tma_lse = make_tma_copy(
+        SM90_TMA_LOAD{}, sm90_bwd::stats_tensor(lse, seqlen, heads, batch, f.lse_stride[1], f.lse_stride[0]),
+        Layout<sm90_bwd::M>{});
+    prm.tma_delta = make_tma_copy(
+        SM90_TMA_LOAD{}, sm90_bwd::stats_tensor(delta, seqlen, heads, batch, seqlen, int64_t(heads) * seqlen),
+        Layout<sm90_bwd::M>{});
+    prm.tma_dq = make_tma_copy(SM90_TMA_REDUCE_ADD{}, sm90_bwd::dq_tensor(dq90, seqlen, heads, batch),
+                               sm90_bwd::SmemLayoutDq{});
+  }
   const int smem = sizeof(sm90_bwd::SharedStorage);
   CHECK(cudaFuncSetAttribute(sm90_bwd::bwd_wgmma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
-  const unsigned blocks = unsigned(p90.n_blocks) * batch * heads;
+  const unsigned blocks = unsigned(prm.p.n_blocks) * batch * heads;
   const float ms90 = harness::median_ms([&] {
     CHECK(cudaMemsetAsync(dq90, 0, n * 4));
-    sm90_bwd::bwd_wgmma_kernel<<<blocks, sm90_bwd::kThreads, smem>>>(p90);
+    sm90_bwd::bwd_wgmma_kernel<<<blocks, sm90_bwd::kThreads, smem>>>(prm);
   });
 
   const double flops = 2.5 * 4.0 * batch * heads * double(seqlen) * seqlen * kD / (causal ? 2 : 1);
@@ -317,7 +424,7 @@ void run(int batch, int seqlen, int heads, bool causal) {
   const harness::Agreement adq = harness::compare(dq90, dq_accum, n),
                            adk = harness::compare(bf16(dk90), bf16(dk), n),
                            adv = harness::compare(bf16(dv90), bf16(dv), n);
-  std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 backward %7.3f ms %6.1f TFLOP/s | sm90 step 0b (dK/dV kernel "
+  std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 backward %7.3f ms %6.1f TFLOP/s | sm90 step 1b (dK/dV kernel "
               "only: no D, no dQ conversion) %7.3f ms %6.1f TFLOP/s | dQ %s (%.4f of %.3f) dK %s (%.4f of %.3f) "
               "dV %s (%.4f of %.3f) %zu non-finite\n",
               batch, heads, seqlen, kD, causal ? "causal" : "full", ms80, flops / ms80 / 1e9, ms90,
@@ -328,7 +435,12 @@ void run(int batch, int seqlen, int heads, bool causal) {
   for (float* ptr : {lse, delta, dq_accum, dq90}) CHECK(cudaFree(ptr));
 }
 
-int main() {
+// With no arguments, the shapes below; with `B S H full|causal`, that one shape (for a profiler).
+int main(int argc, char** argv) {
+  if (argc == 5) {
+    run(std::atoi(argv[1]), std::atoi(argv[2]), std::atoi(argv[3]), std::strcmp(argv[4], "causal") == 0);
+    return 0;
+  }
   for (bool causal : {false, true}) {
     run(1, 200, 2, causal);  // a partial key block and a partial query block
     run(8, 2048, 16, causal);
