@@ -1,4 +1,4 @@
-// Development harness for the Hopper backward (issue 7), step 1b: warp specialization. A CTA owns 128 keys of one
+// Development harness for the Hopper backward (issue 7), step 1c: warp specialization. A CTA owns 128 keys of one
 // head and walks the query rows 64 at a time (the sm80 dK/dV kernel's schedule, all five products on wgmma):
 //   - warpgroup 0 is the producer: one thread loads K and V once, then each step's Q, dO, LSE and D by TMA into
 //     a two-deep ring of buffers (mbarriers: full when the bytes have landed, empty when both consumer
@@ -9,7 +9,8 @@
 //     to the fp32 accumulator in global memory by TMA (reduce-add), so the consumers issue no atomics (step 0b
 //     issued 32 per thread per step). Step 1 issued one bulk add per 256-byte row, which the compiler turned
 //     into a loop of 64 serial bulk instructions per step: the warpgroup's other warps waited for it at the next
-//     product (docs/perf-log.md); one TMA instruction per step is step 1b.
+//     product (docs/perf-log.md); one TMA instruction per step is step 1b; two dQ buffers per warpgroup, so a
+//     step never waits for the previous add's read, step 1c.
 // Checked against the library's sm80 backward on the same inputs (O and LSE from the library's sm80 forward) and
 // timed beside it. Head dim 128, bf16, full or causal attention, Sq = Sk, Sq % 4 == 0 (the TMA rows of LSE and D
 // are 16-byte aligned).
@@ -21,7 +22,8 @@
 //   dV_w += P_w^T dO, dK_w += dS_w^T Q  (64 keys x 128 columns; A = the transposed view of sP / sdS and B = the
 //                                        transposed view of dO / Q: both MN-major)
 //   dQ[:, w * 64 ..] += dS K            (64 queries x 64 columns over all 128 keys; B = K's transposed view)
-// Shared memory: K, V 32 KB each; Q, dO 2 x 16 KB each; P, dS 16 KB each; dQ 2 x 16 KB; LSE and D 2 x 256 B each.
+// Shared memory: K, V 32 KB each; Q, dO 2 x 16 KB each; P, dS 16 KB each; dQ 2 x 2 x 16 KB (per warpgroup, two
+// steps: an add may still be reading one while the next step writes the other); LSE and D 2 x 256 B each.
 //
 // Not part of the library. Build here (CUTLASS headers from the pinned nvidia-cutlass wheel in .deps/):
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude \
@@ -61,6 +63,8 @@ using SmemLayoutK = decltype(tile_to_shape(Atom{}, Shape<N, D>{}));  // K, V: (k
 using SmemLayoutP = decltype(tile_to_shape(Atom{}, Shape<M, N>{}));  // P, dS: (queries, keys)
 using SmemLayoutRows = Layout<Shape<M, Int<kStages>>>;               // LSE, D: (queries, stage)
 using SmemLayoutDq = Layout<Shape<M, HalfD>, Stride<HalfD, _1>>;     // a warpgroup's dQ part, fp32, row-major
+// Two of them: (row, column, buffer).
+using SmemLayoutDqBuffers = Layout<Shape<M, HalfD, _2>, Stride<HalfD, _1, Int<kBlockM * kHeadDim / 2>>>;
 // Transposed views, MN-major as the products that read them need (as the forward's V for P V).
 using SmemLayoutQt = decltype(composition(SmemLayoutQ{}, make_ordered_layout(Shape<D, M>{}, Step<_2, _1>{})));
 using SmemLayoutKt = decltype(composition(SmemLayoutK{}, make_ordered_layout(Shape<D, N>{}, Step<_2, _1>{})));
@@ -108,7 +112,7 @@ struct SharedStorage {
   alignas(1024) Element dout[cosize_v<SmemLayoutQStages>];
   alignas(1024) Element p[cosize_v<SmemLayoutP>];
   alignas(1024) Element ds[cosize_v<SmemLayoutP>];
-  alignas(128) float dq[2][cosize_v<SmemLayoutDq>];  // per consumer warpgroup
+  alignas(128) float dq[2][cosize_v<SmemLayoutDqBuffers>];  // per consumer warpgroup, two step buffers
   alignas(128) float lse[cosize_v<SmemLayoutRows>];  // natural log, as the forward stores it
   alignas(128) float delta[cosize_v<SmemLayoutRows>];
   uint64_t kv_full, full[kStages], empty[kStages];
@@ -239,10 +243,11 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const __grid_con
   auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, HalfD>{}));
   const int key_w0 = key0 + w * (kBlockN / 2);  // this warpgroup's first key
   // This warpgroup's columns of dQ, per step, and the TMA's view of them (issued by thread 0 of the warpgroup).
-  auto sdQ = make_tensor(make_smem_ptr(smem.dq[w]), SmemLayoutDq{});
+  auto sdQ = make_tensor(make_smem_ptr(smem.dq[w]), SmemLayoutDqBuffers{});  // (64, 64, buffer)
   auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch))(_, _, h, b),
                         Shape<M, HalfD>{}, make_coord(_, w));  // (64, 64, query block)
   auto [tdQg, tdQs] = tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdQ), group_modes<0, 2>(gdQ));
+  static_assert(sizeof(SharedStorage) <= 227 * 1024, "an sm90 block has at most 227 KB of shared memory");
 
   if (steps > 0) FullBarrier::wait(&smem.kv_full, 0);
   for (int i = 0; i < steps; ++i) {
@@ -303,7 +308,10 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const __grid_con
                    "r"(*reinterpret_cast<const uint32_t*>(&dd)));
     }
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> async-proxy reads (wgmma)
-    named_sync(1 + w, 128);                    // this warpgroup's P and dS are in place
+    // Step i writes dQ buffer i % 2, last read by the add of step i - 2: every add but the latest has read its
+    // buffer after this wait, and the barrier below passes that on to the warpgroup.
+    if (tid == 0) tma_store_wait<1>();
+    named_sync(1 + w, 128);  // this warpgroup's P and dS are in place
     issue(mma_kv, thr_kv.partition_fragment_A(sPt_w), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
     issue(mma_kv, thr_kv.partition_fragment_A(sdSt_w), thr_kv.partition_fragment_B(sQt), tKrdK, true);
     named_sync(kDsBarrier, 2 * 128);  // and the other's dS, which dQ reads too
@@ -315,17 +323,17 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const __grid_con
     EmptyBarrier::arrive(&smem.empty[s]);  // Q, dO, LSE and D of this stage are read
     if (i + 1 < steps) asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
 
-    // dQ: the previous step's add must have read sdQ before it is overwritten. Rows past the sequence end are
+    // dQ into this step's buffer (free since the wait above), then added by TMA; rows past the sequence end are
     // clipped by the descriptor.
-    if (tid == 0) tma_store_wait<0>();
-    named_sync(1 + w, 128);
+    const int dq_buf = i % 2;
     CUTE_UNROLL
     for (int e = 0; e < size(tQrdQ); e += 2)
-      *reinterpret_cast<float2*>(&sdQ(get<0>(tQcQ(e)), get<1>(tQcQ(e)))) = make_float2(tQrdQ(e), tQrdQ(e + 1));
+      *reinterpret_cast<float2*>(&sdQ(get<0>(tQcQ(e)), get<1>(tQcQ(e)), dq_buf)) =
+          make_float2(tQrdQ(e), tQrdQ(e + 1));
     cutlass::arch::fence_view_async_shared();  // the TMA reads through the async proxy
     named_sync(1 + w, 128);
     if (tid == 0) {
-      copy(prm.tma_dq, tdQs, tdQg(_, row0 / kBlockM));
+      copy(prm.tma_dq, tdQs(_, dq_buf), tdQg(_, row0 / kBlockM));
       tma_store_arrive();
     }
   }
@@ -424,7 +432,7 @@ void run(int batch, int seqlen, int heads, bool causal) {
   const harness::Agreement adq = harness::compare(dq90, dq_accum, n),
                            adk = harness::compare(bf16(dk90), bf16(dk), n),
                            adv = harness::compare(bf16(dv90), bf16(dv), n);
-  std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 backward %7.3f ms %6.1f TFLOP/s | sm90 step 1b (dK/dV kernel "
+  std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 backward %7.3f ms %6.1f TFLOP/s | sm90 step 1c (dK/dV kernel "
               "only: no D, no dQ conversion) %7.3f ms %6.1f TFLOP/s | dQ %s (%.4f of %.3f) dK %s (%.4f of %.3f) "
               "dV %s (%.4f of %.3f) %zu non-finite\n",
               batch, heads, seqlen, kD, causal ? "causal" : "full", ms80, flops / ms80 / 1e9, ms90,
