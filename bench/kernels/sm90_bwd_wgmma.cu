@@ -1,16 +1,14 @@
-// Development harness for the Hopper backward (issue 7), step 1c: warp specialization. A CTA owns 128 keys of one
+// Development harness for the Hopper backward (issue 7), step 1e: warp specialization. A CTA owns 128 keys of one
 // head and walks the query rows 64 at a time (the sm80 dK/dV kernel's schedule, all five products on wgmma):
 //   - warpgroup 0 is the producer: one thread loads K and V once, then each step's Q, dO, LSE and D by TMA into
 //     a two-deep ring of buffers (mbarriers: full when the bytes have landed, empty when both consumer
 //     warpgroups are done with them); it gives its registers away (setmaxnreg);
 //   - warpgroups 1 and 2 are consumers, 64 keys each; they meet only at named barriers (both warpgroups' dS are
 //     needed by dQ; P and dS are rewritten only after both have read them);
-//   - dQ leaves through shared memory: each warpgroup writes its 64 x 64 fp32 part there and one thread adds it
-//     to the fp32 accumulator in global memory by TMA (reduce-add), so the consumers issue no atomics (step 0b
-//     issued 32 per thread per step). Step 1 issued one bulk add per 256-byte row, which the compiler turned
-//     into a loop of 64 serial bulk instructions per step: the warpgroup's other warps waited for it at the next
-//     product (docs/perf-log.md); one TMA instruction per step is step 1b; two dQ buffers per warpgroup, so a
-//     step never waits for the previous add's read, step 1c.
+//   - dQ leaves through shared memory: each warpgroup writes its 64 x 64 fp32 part there (128-byte swizzled, so a
+//     warp's stores are conflict-free; two buffers, so a step never waits for the previous add's read) and one
+//     thread adds it to the fp32 accumulator in global memory by TMA reduce-add: no atomics on the consumers and
+//     one instruction per step (per-row bulk adds compiled to a serial loop: docs/perf-log.md, steps 1 to 1e).
 // Checked against the library's sm80 backward on the same inputs (O and LSE from the library's sm80 forward) and
 // timed beside it. Head dim 128, bf16, full or causal attention, Sq = Sk, Sq % 4 == 0 (the TMA rows of LSE and D
 // are 16-byte aligned).
@@ -62,9 +60,10 @@ using SmemLayoutQStages = decltype(tile_to_shape(Atom{}, Shape<M, D, Int<kStages
 using SmemLayoutK = decltype(tile_to_shape(Atom{}, Shape<N, D>{}));  // K, V: (keys, head dim)
 using SmemLayoutP = decltype(tile_to_shape(Atom{}, Shape<M, N>{}));  // P, dS: (queries, keys)
 using SmemLayoutRows = Layout<Shape<M, Int<kStages>>>;               // LSE, D: (queries, stage)
-using SmemLayoutDq = Layout<Shape<M, HalfD>, Stride<HalfD, _1>>;     // a warpgroup's dQ part, fp32, row-major
-// Two of them: (row, column, buffer).
-using SmemLayoutDqBuffers = Layout<Shape<M, HalfD, _2>, Stride<HalfD, _1, Int<kBlockM * kHeadDim / 2>>>;
+// A warpgroup's dQ part, fp32, in 32-column blocks with the 128-byte swizzle: a warp's float2 stores of an
+// accumulator (8 rows x 4 pairs of columns) hit every bank once per 128 bytes. The TMA moves it as two boxes.
+using SmemLayoutDq = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<M, HalfD>{}));
+using SmemLayoutDqBuffers = decltype(tile_to_shape(GMMA::Layout_K_SW128_Atom<float>{}, Shape<M, HalfD, _2>{}));
 // Transposed views, MN-major as the products that read them need (as the forward's V for P V).
 using SmemLayoutQt = decltype(composition(SmemLayoutQ{}, make_ordered_layout(Shape<D, M>{}, Step<_2, _1>{})));
 using SmemLayoutKt = decltype(composition(SmemLayoutK{}, make_ordered_layout(Shape<D, N>{}, Step<_2, _1>{})));
@@ -327,9 +326,10 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_wgmma_kernel(const __grid_con
     // clipped by the descriptor.
     const int dq_buf = i % 2;
     CUTE_UNROLL
-    for (int e = 0; e < size(tQrdQ); e += 2)
-      *reinterpret_cast<float2*>(&sdQ(get<0>(tQcQ(e)), get<1>(tQcQ(e)), dq_buf)) =
-          make_float2(tQrdQ(e), tQrdQ(e + 1));
+    for (int e = 0; e < size(tQrdQ); e += 2) {  // st.shared: through the swizzled layout a plain store went generic
+      const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(&sdQ(get<0>(tQcQ(e)), get<1>(tQcQ(e)), dq_buf)));
+      asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(tQrdQ(e)), "f"(tQrdQ(e + 1)));
+    }
     cutlass::arch::fence_view_async_shared();  // the TMA reads through the async proxy
     named_sync(1 + w, 128);
     if (tid == 0) {
@@ -432,7 +432,7 @@ void run(int batch, int seqlen, int heads, bool causal) {
   const harness::Agreement adq = harness::compare(dq90, dq_accum, n),
                            adk = harness::compare(bf16(dk90), bf16(dk), n),
                            adv = harness::compare(bf16(dv90), bf16(dv), n);
-  std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 backward %7.3f ms %6.1f TFLOP/s | sm90 step 1c (dK/dV kernel "
+  std::printf("B%-2d H%-2d S%-5d D%d %-6s | sm80 backward %7.3f ms %6.1f TFLOP/s | sm90 step 1e (dK/dV kernel "
               "only: no D, no dQ conversion) %7.3f ms %6.1f TFLOP/s | dQ %s (%.4f of %.3f) dK %s (%.4f of %.3f) "
               "dV %s (%.4f of %.3f) %zu non-finite\n",
               batch, heads, seqlen, kD, causal ? "causal" : "full", ms80, flops / ms80 / 1e9, ms90,
