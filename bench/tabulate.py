@@ -78,6 +78,10 @@ def cpu_table(ours, peers):
 
 
 def main():
+    wants_help = len(sys.argv) == 2 and sys.argv[1] in ("-h", "--help")
+    if len(sys.argv) != 3 or wants_help:
+        print(__doc__.strip(), file=sys.stdout if wants_help else sys.stderr)
+        sys.exit(0 if wants_help else 2)
     ours, peers = load(sys.argv[1]), load(sys.argv[2])
     env = [r for r in ours + peers if r.get("kind") in ("env", "gemm_bf16", "copy")]
     print("Measured in one call on the GPU machine; TFLOP/s by the headline count (4*B*H*S*S*D, halved for causal).\n")
