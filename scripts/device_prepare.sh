@@ -9,7 +9,7 @@
 #                  (WHEEL=1 only); candidate libraries for an A/B go to .device/cand-<name>/ (scripts/candidate_lib.sh)
 # Then call the device tool with carry [build-device/tools/flashtile, build-device/cuda_forward_test,
 # build-device/cuda_backward_test, build-device/sm80_fwd_tiles, build-device/sm90_fwd_wgmma,
-# build-device/sm90_bwd_wgmma, .device] and run
+# .device] and run
 # scripts/gpu_round.sh.
 # WHEEL=0 skips the wheel (its own incremental build in build-wheel/). SM90=OFF leaves the sm90 forward out (auto
 # then runs the sm80 kernel on the H200).
@@ -22,16 +22,14 @@ source scripts/device_options.sh
 scripts/setup.sh build-device "${device_cmake_args[@]}" "$@"
 # The GPU test binaries (tests/backends/cuda), linked against the library above.
 for t in forward backward; do
-  g++ -std=c++20 -O2 -fopenmp "tests/backends/cuda/${t}_test.cpp" -Isrc -Iinclude build-device/libflashtile_verify.a \
-    -Lbuild-device -lflashtile -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lgtest -lgtest_main -lpthread \
+  g++ -std=c++20 -O2 -fopenmp "tests/backends/cuda/${t}_test.cpp" -Isrc -Iinclude -Itests \
+    build-device/libflashtile_verify.a -Lbuild-device -lflashtile -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lgtest -lgtest_main -lpthread \
     -o "build-device/cuda_${t}_test"
 done
 nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/kernels/sm80_fwd_tiles.cu \
   -o build-device/sm80_fwd_tiles
 nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude -isystem "$cutlass" \
   bench/kernels/sm90_fwd_wgmma.cu -o build-device/sm90_fwd_wgmma
-nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -lineinfo -Isrc -Iinclude -isystem "$cutlass" \
-  bench/kernels/sm90_bwd_wgmma.cu -o build-device/sm90_bwd_wgmma
 mkdir -p .device/lib
 xz -T2 -6 -c build-device/libflashtile.so.0.1.0 > .device/libflashtile.so.0.1.0.xz
 cp ../shared/bench/peers.py .device/peers.py

@@ -6,18 +6,18 @@
 #   4. `flashtile bench --grid C` on all CPU cores (FA2 and FA1 schedules);
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
 #   6. grid A forward and backward on the GPU (bf16, fp16), benchAfwd: the forward alone, benchAbwd: the
-#      backward alone (sm80, default mode), benchAdet: the backward's deterministic mode; peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
+#      backward alone (default mode), benchAdet: the backward's deterministic mode (both on BWD_BACKENDS, default
+#      cuda-sm80; cuda-sm90 for the Hopper backward); peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   smallsmem: the backward as an A100 (163 KB) and a 99 KB GPU would run it (FLASHTILE_CUDA_SMEM_LIMIT);
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
-#   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper harness); bwdwgmma: bench/kernels/sm90_bwd_wgmma (the
-#     Hopper backward in development);
+#   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper forward's harness);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
 #   profilebwd: the same for the backward (flashtile's dK/dV kernel in the default mode, FA2's main kernel;
 #     PROFILE_B, PROFILE_S, PROFILE_D pick the problem, H = 2048 / D as in grid A);
-#   profilebwdwgmma: Nsight Compute on the Hopper backward harness's kernel (with its SASS source counters) and on
-#     cuDNN's backward kernels, B=8 H=16 S=2048 D=128 full;
+#   profilebwd90: Nsight Compute on the sm90 backward's main kernel (with its SASS source counters) and on cuDNN's
+#     backward kernels, B=8 H=16 S=2048 D=128 full;
 #   ab: this tree's library, then each candidate library of .device/cand-*/ (scripts/candidate_lib.sh <ref> <name>),
 #     through the same tool: `flashtile bench $AB_ARGS` (default grid A bf16 forward and backward, sm80) into
 #     ab-<name>.jsonl, bench/ab_table.py's summary; AB_CANDS=name,... picks candidates (default all); AB_TESTS=1
@@ -66,11 +66,6 @@ fi
 if want wgmma; then  # the Hopper harness: wgmma products checked against the sm80 kernel, both timed
   echo "== sm90 wgmma harness"
   timeout 120 build-device/sm90_fwd_wgmma 2>&1 | tee "$out/sm90-wgmma.txt"
-fi
-
-if want bwdwgmma; then  # the Hopper backward harness: checked against the sm80 backward and timed beside it
-  echo "== sm90 backward wgmma harness"
-  timeout 120 build-device/sm90_bwd_wgmma 2>&1 | tee "$out/sm90-bwd-wgmma.txt"
 fi
 
 if want tiles; then
@@ -154,13 +149,14 @@ torch.cuda.synchronize()" > "$out/ncu-bwd-fa2.txt" 2>&1 || status=1
     "$out/ncu-bwd-flashtile.txt" "$out/ncu-bwd-fa2.txt"
 fi
 
-if want profilebwdwgmma; then  # the Hopper backward harness's kernel and cuDNN's backward, B=8 H=16 S=2048 D=128 full
-  echo "== ncu: sm90 backward harness kernel and cuDNN's backward kernels, B=8 H=16 S=2048 D=128 bf16 full"
-  timeout 200 ncu --set full --import-source yes --launch-skip 1 --launch-count 1 -k regex:bwd_wgmma_kernel \
-    -o "$out/ncu-bwd-wgmma" build-device/sm90_bwd_wgmma 8 2048 16 full > /dev/null 2>&1 || status=1
-  ncu --import "$out/ncu-bwd-wgmma.ncu-rep" --print-details all > "$out/ncu-bwd-wgmma.txt" 2>&1
-  ncu --import "$out/ncu-bwd-wgmma.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 > "$out/ncu-bwd-wgmma-sass.csv.xz"
-  rm -f "$out/ncu-bwd-wgmma.ncu-rep"
+if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backward, B=8 H=16 S=2048 D=128 full
+  echo "== ncu: flashtile sm90 backward (bwd_kernel) and cuDNN's backward kernels, B=8 H=16 S=2048 D=128 bf16 full"
+  timeout 200 ncu --set full --import-source yes --launch-skip 1 --launch-count 1 -k regex:^bwd_kernel \
+    -o "$out/ncu-bwd-sm90" $bin run -b 8 -s 2048 --heads 16 --head-dim 128 --no-causal --backend cuda-sm90 \
+    --backward -r 2 --verify-rows 2 > /dev/null 2>&1 || status=1
+  ncu --import "$out/ncu-bwd-sm90.ncu-rep" --print-details all > "$out/ncu-bwd-sm90.txt" 2>&1
+  ncu --import "$out/ncu-bwd-sm90.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 > "$out/ncu-bwd-sm90-sass.csv.xz"
+  rm -f "$out/ncu-bwd-sm90.ncu-rep"
   # cuDNN's kernels of one forward and backward, after warm-up (the profiler range is that one step)
   timeout 240 ncu --set full --profile-from-start off --print-details all python3 -c "
 import torch
@@ -173,7 +169,7 @@ with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()" > "$out/ncu-bwd-cudnn.txt" 2>&1 || status=1
   grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Shared Memory Throughput|Block Size|Grid Size|Dynamic Shared" \
-    "$out/ncu-bwd-wgmma.txt" "$out/ncu-bwd-cudnn.txt" | cut -c1-200
+    "$out/ncu-bwd-sm90.txt" "$out/ncu-bwd-cudnn.txt" | cut -c1-200
 fi
 
 if want install; then  # the wheel from `WHEEL=1 scripts/device_prepare.sh`, installed as a user would, then the suite
@@ -214,15 +210,15 @@ if want benchAfwd; then  # the forward alone, both GPU families, both dtypes (sh
   timeout 360 $bin bench --grid A --backends cuda-sm80,cuda-sm90 --dtype bf16,fp16 --repeats 10 --verify-rows 2 \
     --out "$out/flashtile-grid-A-fwd.jsonl" 2>/dev/null | tail -3 || status=1
 fi
-if want benchAbwd; then  # the backward's default mode alone (sm80 kernels), both dtypes
-  echo "== flashtile bench --grid A --backward (GPU, sm80, bf16 and fp16)"
-  timeout 420 $bin bench --grid A --backends cuda-sm80 --dtype bf16,fp16 --backward --repeats 10 --verify-rows 2 \
-    --out "$out/flashtile-grid-A-bwd.jsonl" 2>/dev/null | tail -30 || status=1
+if want benchAbwd; then  # the backward's default mode alone (BWD_BACKENDS, default the sm80 kernels), both dtypes
+  echo "== flashtile bench --grid A --backward (GPU, ${BWD_BACKENDS:-cuda-sm80}, bf16 and fp16)"
+  timeout 420 $bin bench --grid A --backends "${BWD_BACKENDS:-cuda-sm80}" --dtype bf16,fp16 --backward --repeats 10 \
+    --verify-rows 2 --out "$out/flashtile-grid-A-bwd.jsonl" 2>/dev/null | tail -30 || status=1
 fi
-if want benchAdet; then  # the backward's deterministic mode on grid A, to set against benchA's default mode
-  echo "== flashtile bench --grid A --backward --deterministic (GPU, bf16)"
-  timeout 360 $bin bench --grid A --backends cuda-sm80 --dtype bf16 --backward --deterministic --repeats 10 \
-    --verify-rows 2 --out "$out/flashtile-grid-A-deterministic.jsonl" 2>/dev/null | tail -40 || status=1
+if want benchAdet; then  # the backward's deterministic mode on grid A (BWD_BACKENDS), to set against the default
+  echo "== flashtile bench --grid A --backward --deterministic (GPU, ${BWD_BACKENDS:-cuda-sm80}, bf16)"
+  timeout 360 $bin bench --grid A --backends "${BWD_BACKENDS:-cuda-sm80}" --dtype bf16 --backward --deterministic \
+    --repeats 10 --verify-rows 2 --out "$out/flashtile-grid-A-deterministic.jsonl" 2>/dev/null | tail -40 || status=1
 fi
 if want peersA; then  # the peers alone on grid A (the `peers` stage below measures them too, beside flashtile)
   echo "== peers.py --grids A"

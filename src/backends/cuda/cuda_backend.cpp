@@ -15,6 +15,7 @@
 #include "api/validate.hpp"
 #include "backends/cuda/bwd_kernel_params.hpp"
 #include "backends/cuda/sm80/fwd_launch.hpp"
+#include "backends/cuda/sm90/bwd_launch.hpp"
 #include "backends/cuda/sm90/fwd_launch.hpp"
 
 namespace flashtile::cuda {
@@ -170,12 +171,11 @@ Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKe
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
-// Whether TMA descriptors can describe q, k, v and out (sm90/fwd_launch.cuh): a descriptor's strides are positive
-// and below 2^40 bytes, while SPEC.md allows any stride (a negative one walks a sequence backwards, a zero one
-// repeats a row).
-Status check_tma_strides(const ForwardParams& params) {
-  for (const Named& n : {Named{"q", &params.q}, Named{"k", &params.k}, Named{"v", &params.v},
-                         Named{"out", &params.out}}) {
+// Whether TMA descriptors can describe the tensors the sm90 kernels copy by TMA (q, k, v and out forward; q, k,
+// v and dout backward): a descriptor's strides are positive and below 2^40 bytes, while SPEC.md allows any
+// stride (a negative one walks a sequence backwards, a zero one repeats a row).
+Status check_tma_strides(const std::vector<Named>& tensors) {
+  for (const Named& n : tensors) {
     const Tensor& t = *n.tensor;
     const int64_t max_stride = (int64_t{1} << 40) / static_cast<int64_t>(dtype_size(t.dtype));  // elements
     for (int d = 0; d < t.ndim - 1; ++d) {
@@ -195,7 +195,9 @@ Status select_sm90_forward(const ForwardParams& params, const Problem& p, const 
   if (prop.major != 9)
     return unsupported("backend cuda-sm90: the Hopper kernels need compute capability 9.0 (H100, H200); device " +
                        prop.name + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
-  if (Status s = check_tma_strides(params); !s.ok()) return s;
+  if (Status s = check_tma_strides({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"out", &params.out}});
+      !s.ok())
+    return s;
   *kernel = sm90::find_fwd(p.dtype, static_cast<int>(p.head_dim));
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
@@ -204,20 +206,21 @@ Status select_sm90_forward(const ForwardParams& params, const Problem& p, const 
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
-// FLASHTILE_CUDA_FORWARD=sm80 makes auto take the sm80 forward on a Hopper GPU too: to compare the two kernels
-// through an API that has no backend argument (flash_attn_func), or to rule the sm90 kernel out when chasing a
-// problem. Unset, empty or sm90: auto's own choice. Any other value is refused on every GPU, naming the variable,
-// rather than ignored.
-Status auto_may_take_sm90(bool* may) {
-  const char* env = std::getenv("FLASHTILE_CUDA_FORWARD");
+// FLASHTILE_CUDA_FORWARD=sm80 (FLASHTILE_CUDA_BACKWARD_KERNELS=sm80 for the backward; not FLASHTILE_CUDA_BACKWARD,
+// the CMake option) makes auto take the sm80 kernels on a Hopper GPU too: to compare the two families through an
+// API that has no backend argument (flash_attn_func), or to rule the sm90 kernels out when chasing a problem.
+// Unset, empty or sm90: auto's own choice. Any other value is refused on every GPU, naming the variable, rather
+// than ignored.
+Status auto_may_take_sm90(const char* variable, const char* pass, bool* may) {
+  const char* env = std::getenv(variable);
   const std::string value = env == nullptr ? "" : env;
   if (value.empty() || value == "sm90") {
     *may = true;
   } else if (value == "sm80") {
     *may = false;
   } else {
-    return invalid_argument("FLASHTILE_CUDA_FORWARD=" + value +
-                            ": expected sm80 or sm90 (or unset), the kernel family auto takes on a Hopper GPU");
+    return invalid_argument(std::string(variable) + "=" + value + ": expected sm80 or sm90 (or unset), the kernel " +
+                            "family auto takes for the " + pass + " on a Hopper GPU");
   }
   return {};
 }
@@ -228,7 +231,7 @@ Status select_forward_for(Backend backend, const ForwardParams& params, const Pr
                           Backend* chosen, FwdKernelInfo* kernel) {
   bool auto_sm90 = false;
   if (backend == Backend::kAuto)
-    if (Status s = auto_may_take_sm90(&auto_sm90); !s.ok()) return s;
+    if (Status s = auto_may_take_sm90("FLASHTILE_CUDA_FORWARD", "forward", &auto_sm90); !s.ok()) return s;
   if (backend == Backend::kCudaSm90 || (auto_sm90 && prop.major == 9)) {
     const Status s = select_sm90_forward(params, p, prop, kernel);
     if (s.ok() || backend == Backend::kCudaSm90) {
@@ -249,6 +252,44 @@ Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdK
                        ": this build has no CUDA backward kernel for it (it was configured with "
                        "-DFLASHTILE_CUDA_BACKWARD=OFF, or FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES leave it out)");
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
+}
+
+// The sm90 backward (wgmma, TMA; sm90/bwd_kernel.cuh): Hopper devices, builds with FLASHTILE_CUDA_SM90, and the
+// head dims it covers; the sm80 kernels take the rest under auto.
+Status select_sm90_backward(const BackwardParams& params, const Problem& p, const DeviceInfo& prop,
+                            sm80::BwdKernelInfo* kernel) {
+  if (Status s = select_sm80_backward(p, prop, kernel); !s.ok()) return s;  // the head dim it pads to
+  if (prop.major != 9)
+    return unsupported("backend cuda-sm90: the Hopper kernels need compute capability 9.0 (H100, H200); device " +
+                       prop.name + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
+  if (Status s = check_tma_strides({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"dout", &params.dout}});
+      !s.ok())
+    return s;
+  *kernel = sm90::find_bwd(p.dtype, kernel->head_dim);
+  if (kernel->launch == nullptr)
+    return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
+                       ": this build has no sm90 backward for it (it covers head dims up to 128, in builds "
+                       "configured with -DFLASHTILE_CUDA_SM90=ON and 90a in FLASHTILE_CUDA_ARCHS)");
+  return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
+}
+
+// The backward's kernels for a backend: cuda-sm90 and cuda-sm80 as asked; auto takes the sm90 kernels on a Hopper
+// device when the build has them for the call (and FLASHTILE_CUDA_BACKWARD_KERNELS allows it), the sm80 kernels
+// otherwise.
+Status select_backward_for(Backend backend, const BackwardParams& params, const Problem& p, const DeviceInfo& prop,
+                           Backend* chosen, sm80::BwdKernelInfo* kernel) {
+  bool auto_sm90 = false;
+  if (backend == Backend::kAuto)
+    if (Status s = auto_may_take_sm90("FLASHTILE_CUDA_BACKWARD_KERNELS", "backward", &auto_sm90); !s.ok()) return s;
+  if (backend == Backend::kCudaSm90 || (auto_sm90 && prop.major == 9)) {
+    const Status s = select_sm90_backward(params, p, prop, kernel);
+    if (s.ok() || backend == Backend::kCudaSm90) {
+      *chosen = Backend::kCudaSm90;
+      return s;
+    }
+  }
+  *chosen = Backend::kCudaSm80;
+  return select_sm80_backward(p, prop, kernel);
 }
 
 Status select_forward_kernel(const ForwardParams& params, const Problem& p, Backend* chosen,
@@ -278,11 +319,7 @@ Status select_backward_kernel(const BackwardParams& params, const Problem& p, Ba
   const DeviceInfo* prop = nullptr;
   if (Status s = check_device(tensors, params.q.device_index, &prop); !s.ok()) return s;
   if (Status s = check_alignment(tensors); !s.ok()) return s;
-  if (params.backend == Backend::kCudaSm90)
-    return unsupported("backend cuda-sm90: there is no sm90 backward yet; use cuda-sm80 or auto");
-  if (Status s = select_sm80_backward(p, *prop, kernel); !s.ok()) return s;
-  *chosen = Backend::kCudaSm80;
-  return {};
+  return select_backward_for(params.backend, params, p, *prop, chosen, kernel);
 }
 
 Status select(const BackwardParams& params, const Problem& p, bool, Backend* chosen) {
@@ -346,33 +383,39 @@ BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& pro
   k.heads_kv = static_cast<int>(problem.heads_kv);
   k.scale = problem.scale;
   k.delta = delta;
+  k.delta_head_stride = problem.seqlen_q;  // dense; the sm90 launcher sets its padded stride
   k.dq_accum = dq_accum;
   k.smem_limit = smem_limit;
   return k;
 }
 
-// The workspace: D = rowsum(dO * O), one float per query row, padded to a multiple of 4 floats; then, unless
-// deterministic, the fp32 dQ accumulator. The padding keeps the accumulator 16-byte aligned (given an aligned
-// workspace): on sm_90 the dK/dV kernel adds into it 8 bytes at a time, which needs 8-byte alignment whatever
-// the number of rows.
+// The workspace: the per-row statistics, then, unless deterministic, the fp32 dQ accumulator. The statistics are
+// D = rowsum(dO * O), one float per query row, for the sm80 kernels; D and the LSE in log2 units, each padded to
+// 64 rows a head, for the sm90 ones (sm90::bwd_stats_floats, a multiple of 128 floats). The workspace has room for
+// the larger whichever family runs, so a size asked for one backend fits another; and the accumulator stays
+// 16-byte aligned (given an aligned workspace): the kernels add into it 8 and 16 bytes at a time.
+namespace {
 constexpr int64_t kWorkspaceAlignment = 16;
-int64_t delta_floats(const Problem& p) {
-  const int64_t rows = p.batch * p.heads_q * p.seqlen_q, per = kWorkspaceAlignment / sizeof(float);
-  return (rows + per - 1) / per * per;
-}
+int64_t stats_floats(const Problem& p) { return sm90::bwd_stats_floats(p.batch, p.heads_q, p.seqlen_q); }
+}  // namespace
 
 size_t backward_workspace_size(const Problem& p, Backend, bool deterministic) {
   const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
-  return static_cast<size_t>(delta_floats(p) + (deterministic ? 0 : rows * p.head_dim)) * sizeof(float);
+  return static_cast<size_t>(stats_floats(p) + (deterministic ? 0 : rows * p.head_dim)) * sizeof(float);
 }
 
 Status backward(const BackwardParams& params, const Problem& p, Backend backend) {
   sm80::BwdKernelInfo kernel;
+  Backend chosen = backend;
   const DeviceInfo* prop = nullptr;
   if (Status s = device_info(params.q.device_index, &prop); !s.ok()) return s;
-  if (Status s = select_sm80_backward(p, *prop, &kernel); !s.ok()) return s;
+  if (Status s = select_backward_for(backend, params, p, *prop, &chosen, &kernel); !s.ok()) return s;
   if (p.batch == 0) return {};
-  const size_t need = backward_workspace_size(p, backend, params.deterministic);
+  // With no query rows or no keys there is nothing to load, and a TMA descriptor cannot have an extent of 0:
+  // the sm80 kernels write the zeros (dK and dV, or dQ) then.
+  if (chosen == Backend::kCudaSm90 && (p.seqlen_q == 0 || p.seqlen_k == 0))
+    if (Status s = select_sm80_backward(p, *prop, &kernel); !s.ok()) return s;
+  const size_t need = backward_workspace_size(p, chosen, params.deterministic);
   if (params.workspace != nullptr && params.workspace_size < need)
     return invalid_argument("workspace: " + std::to_string(params.workspace_size) + " bytes given, " +
                             std::to_string(need) + " needed (backward_workspace_size)");
@@ -385,11 +428,12 @@ Status backward(const BackwardParams& params, const Problem& p, Backend backend)
   if (delta == nullptr && need > 0)
     if (cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&delta), need, stream); err != cudaSuccess)
       return {StatusCode::kOutOfMemory, std::string("backward workspace: ") + cudaGetErrorString(err)};
-  float* dq_accum = params.deterministic ? nullptr : delta + delta_floats(p);
+  float* dq_accum = params.deterministic ? nullptr : delta + stats_floats(p);
   const cudaError_t err =
       kernel.launch(make_bwd_params(params, p, kernel.block_m, prop->smem_optin, delta, dq_accum), stream);
   if (params.workspace == nullptr && delta != nullptr) cudaFreeAsync(delta, stream);
-  if (err != cudaSuccess) return device_error("sm80 backward launch", err);
+  if (err != cudaSuccess)
+    return device_error(chosen == Backend::kCudaSm90 ? "sm90 backward launch" : "sm80 backward launch", err);
   return {};
 }
 

@@ -1,6 +1,8 @@
-// The CUDA backward (sm80 kernels) against the float64 oracle with the TESTING.md rule (3x the same-precision
-// baseline for dQ, dK, dV), in the default mode (dQ by fp32 atomics) and the deterministic one. Without a usable
-// GPU every test reports itself skipped, with the reason.
+// The CUDA backward against the float64 oracle with the TESTING.md rule (3x the same-precision baseline for dQ,
+// dK, dV), in the default mode (dQ by fp32 atomics or TMA adds) and the deterministic one: CudaBackward runs the
+// sm80 kernels by name (on a Hopper GPU auto would give most calls to the sm90 ones), CudaBackwardSm90 the sm90
+// kernels by name and auto's choice. Without a usable GPU, or without the sm90 kernels, the tests report
+// themselves skipped, with the reason.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,6 +10,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "support/scoped_env.hpp"
 #include "verify/device_mirror.hpp"
 #include "verify/verify.hpp"
 
@@ -34,8 +37,8 @@ Problem make_problem(int64_t batch, int64_t sq, int64_t sk, int64_t hq, int64_t 
   return p;
 }
 
-void expect_pass(const Problem& p, uint64_t seed) {
-  const verify::CheckResult r = verify::check(p, seed, Backend::kAuto, /*with_backward=*/true, Device::kCUDA);
+void expect_pass(const Problem& p, uint64_t seed, Backend backend = Backend::kCudaSm80) {
+  const verify::CheckResult r = verify::check(p, seed, backend, /*with_backward=*/true, Device::kCUDA);
   EXPECT_TRUE(r.pass()) << p.describe() << " seed " << seed << ": " << r.summary();
 }
 
@@ -117,11 +120,11 @@ TEST_F(CudaBackward, BitwiseDeterministicOver50Runs) {
   p.deterministic = true;
   p.options.causal = true;
   verify::Case first = verify::Case::make(p, 14000, true);
-  ASSERT_TRUE(verify::run_forward_backward(first, Backend::kAuto, Device::kCUDA).ok());
+  ASSERT_TRUE(verify::run_forward_backward(first, Backend::kCudaSm80, Device::kCUDA).ok());
   const std::vector<double> dq = first.dq.to_doubles(), dk = first.dk.to_doubles(), dv = first.dv.to_doubles();
   for (int run = 1; run < 50; ++run) {
     verify::Case c = verify::Case::make(p, 14000, true);
-    ASSERT_TRUE(verify::run_forward_backward(c, Backend::kAuto, Device::kCUDA).ok());
+    ASSERT_TRUE(verify::run_forward_backward(c, Backend::kCudaSm80, Device::kCUDA).ok());
     ASSERT_EQ(c.dq.to_doubles(), dq) << "run " << run;
     ASSERT_EQ(c.dk.to_doubles(), dk) << "run " << run;
     ASSERT_EQ(c.dv.to_doubles(), dv) << "run " << run;
@@ -140,14 +143,16 @@ TEST_F(CudaBackward, CallerWorkspaceOfTheReportedSize) {
     f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
     f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
     ASSERT_TRUE(forward(f).ok());
-    BackwardParams b = c.backward_params(Backend::kAuto);
+    BackwardParams b = c.backward_params(Backend::kCudaSm80);
     b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = f.lse, b.dout = mirror.view(c.dout);
     b.dq = mirror.view(c.dq), b.dk = mirror.view(c.dk), b.dv = mirror.view(c.dv);
 
     size_t bytes = 0;
     ASSERT_TRUE(backward_workspace_size(b, &bytes).ok());
-    const size_t rows = 2 * 4 * 70;  // D per query row, and unless deterministic the fp32 dQ accumulator
-    EXPECT_EQ(bytes, rows * sizeof(float) * (deterministic ? 1 : 1 + 64)) << "deterministic " << deterministic;
+    // D and the LSE, 70 rows padded to 128 a head (room for the sm90 kernels' layout whichever family runs), and
+    // unless deterministic the fp32 dQ accumulator
+    const size_t rows = 2 * 4 * 70, stats = 2 * 2 * 4 * 128;
+    EXPECT_EQ(bytes, (stats + (deterministic ? 0 : rows * 64)) * sizeof(float)) << "deterministic " << deterministic;
     ASSERT_TRUE(backward(b).ok());  // the library allocates
     std::string error;
     ASSERT_TRUE(mirror.copy_back(&error)) << error;
@@ -203,6 +208,192 @@ TEST_F(CudaBackward, SmallSharedMemoryRows) {
   const verify::CheckResult r =
       verify::check(make_problem(1, 64, 64, 2, 2, 256, DType::kBFloat16), seed, Backend::kAuto, true, Device::kCUDA);
   EXPECT_NE(r.error.find("shared memory"), std::string::npos) << r.error;
+}
+
+// The sm90 backward by name (cuda-sm90: head dims up to 128, both modes); skipped on a build without it or
+// a GPU that is not sm_90.
+class CudaBackwardSm90 : public CudaBackward {
+ protected:
+  void SetUp() override {
+    CudaBackward::SetUp();
+    if (IsSkipped()) return;
+    Backend chosen = Backend::kAuto;
+    const Status s = select(make_problem(1, 64, 64, 1, 1, 128, DType::kBFloat16), Backend::kCudaSm90, &chosen);
+    if (s.code == StatusCode::kUnsupported) GTEST_SKIP() << s.message;
+    ASSERT_TRUE(s.ok()) << s.message;
+  }
+
+  // select_backward_backend for a problem with device tensors (the selector checks where they live).
+  static Status select(const Problem& p, Backend backend, Backend* chosen) {
+    verify::Case c = verify::Case::make(p, 1, true);
+    verify::DeviceMirror mirror;
+    BackwardParams b = c.backward_params(backend);
+    b.q = mirror.view(c.q), b.k = mirror.view(c.k), b.v = mirror.view(c.v), b.out = mirror.view(c.out);
+    b.lse = mirror.view(c.lse), b.dout = mirror.view(c.dout);
+    b.dq = mirror.view(c.dq), b.dk = mirror.view(c.dk), b.dv = mirror.view(c.dv);
+    return select_backward_backend(b, chosen);
+  }
+};
+
+// Auto takes the sm90 backward where it covers the call (head dims up to 128, either mode) unless
+// FLASHTILE_CUDA_BACKWARD_KERNELS=sm80, and the sm80 kernels for the rest; another value of the variable is refused.
+TEST_F(CudaBackwardSm90, AutoTakesItWhereItCovers) {
+  Backend chosen = Backend::kAuto;
+  ASSERT_TRUE(select(make_problem(1, 64, 64, 2, 2, 128, DType::kBFloat16), Backend::kAuto, &chosen).ok());
+  EXPECT_EQ(chosen, Backend::kCudaSm90);
+  ASSERT_TRUE(select(make_problem(1, 64, 64, 2, 2, 104, DType::kFloat16), Backend::kAuto, &chosen).ok());
+  EXPECT_EQ(chosen, Backend::kCudaSm90);
+  ASSERT_TRUE(select(make_problem(1, 64, 64, 2, 2, 136, DType::kBFloat16), Backend::kAuto, &chosen).ok());
+  EXPECT_EQ(chosen, Backend::kCudaSm80);
+  Problem deterministic = make_problem(1, 64, 64, 2, 2, 64, DType::kBFloat16);
+  deterministic.deterministic = true;
+  ASSERT_TRUE(select(deterministic, Backend::kAuto, &chosen).ok());
+  EXPECT_EQ(chosen, Backend::kCudaSm90);
+  {
+    ScopedEnv env("FLASHTILE_CUDA_BACKWARD_KERNELS", "sm80");
+    ASSERT_TRUE(select(make_problem(1, 64, 64, 2, 2, 128, DType::kBFloat16), Backend::kAuto, &chosen).ok());
+    EXPECT_EQ(chosen, Backend::kCudaSm80);
+    ASSERT_TRUE(select(make_problem(1, 64, 64, 2, 2, 128, DType::kBFloat16), Backend::kCudaSm90, &chosen).ok());
+    EXPECT_EQ(chosen, Backend::kCudaSm90);  // a family asked by name does not read the variable
+  }
+  ScopedEnv env("FLASHTILE_CUDA_BACKWARD_KERNELS", "hopper");
+  const Status refused = select(make_problem(1, 64, 64, 2, 2, 128, DType::kBFloat16), Backend::kAuto, &chosen);
+  EXPECT_EQ(refused.code, StatusCode::kInvalidArgument) << refused.message;
+  EXPECT_NE(refused.message.find("FLASHTILE_CUDA_BACKWARD_KERNELS"), std::string::npos) << refused.message;
+}
+
+TEST_F(CudaBackwardSm90, HeadDimsAndSeqlens) {
+  uint64_t seed = 18000;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (int64_t d : {40, 64, 96, 104, 128})  // 40 and 104 pad up: the descriptors zero-fill and clip the rest
+      for (int64_t s : {1, 17, 64, 129, 255, 300})
+        expect_pass(make_problem(2, s, s, 2, 2, d, dt), seed++, Backend::kCudaSm90);
+  expect_pass(make_problem(3, 700, 500, 4, 4, 128, DType::kBFloat16), seed++, Backend::kCudaSm90);  // Sq != Sk
+  // Padded columns on masked tiles, with GQA and a softcap.
+  Problem p = make_problem(2, 150, 260, 4, 2, 104, DType::kFloat16);
+  p.options.causal = true;
+  p.options.softcap = 15.0f;
+  expect_pass(p, seed++, Backend::kCudaSm90);
+  // Several steps per head from a first row above 0 (causal, Sq > Sk), walking a group of two heads.
+  p = make_problem(1, 400, 200, 4, 2, 128, DType::kBFloat16);
+  p.options.causal = true;
+  expect_pass(p, seed++, Backend::kCudaSm90);
+}
+
+TEST_F(CudaBackwardSm90, MasksGqaSoftcapLayouts) {
+  struct MaskCase {
+    bool causal;
+    int64_t left, right;
+    float softcap;
+  };
+  const MaskCase masks[] = {{true, -1, -1, 0}, {false, 32, -1, 0}, {false, -1, 7, 0},
+                            {false, 20, 5, 0}, {false, -1, -1, 30}, {true, -1, -1, 5}};
+  const int64_t head_dims[] = {128, 64, 96};  // dQ split by columns (128) and by keys (64, 96)
+  uint64_t seed = 18500;
+  int mask_index = 0;
+  for (const MaskCase& m : masks)
+    for (Layout layout : {Layout::kContiguous, Layout::kHeadsFirst, Layout::kPadded}) {
+      Problem p = make_problem(2, 97, 230, 6, seed % 2 ? 2 : 3, head_dims[(mask_index + seed) % 3],
+                               seed % 2 ? DType::kBFloat16 : DType::kFloat16);
+      p.options.causal = m.causal;
+      p.options.window_left = m.left;
+      p.options.window_right = m.right;
+      p.options.softcap = m.softcap;
+      p.layout = layout;
+      p.inputs = seed % 3 == 0 ? Inputs::kPeaked : Inputs::kNormal;
+      expect_pass(p, seed++, Backend::kCudaSm90);
+      if (layout == Layout::kPadded) ++mask_index;
+    }
+}
+
+// Rows with no visible key get gradients of exactly 0, keys no row sees too; empty sequences (which the sm80
+// kernels run: a TMA descriptor cannot have an extent of 0).
+TEST_F(CudaBackwardSm90, RowsAndKeysNobodySeesAndEmptySequences) {
+  Problem p = make_problem(1, 300, 40, 2, 1, 128, DType::kBFloat16);
+  p.options.causal = true;
+  expect_pass(p, 19000, Backend::kCudaSm90);
+  p = make_problem(1, 40, 300, 2, 2, 128, DType::kFloat16);
+  p.options.window_left = 3;
+  p.options.window_right = 0;
+  expect_pass(p, 19001, Backend::kCudaSm90);
+  expect_pass(make_problem(2, 0, 33, 2, 2, 128, DType::kBFloat16), 19002, Backend::kCudaSm90);
+  expect_pass(make_problem(2, 33, 0, 2, 2, 128, DType::kFloat16), 19003, Backend::kCudaSm90);
+}
+
+// The deterministic mode (the dK/dV kernel without dQ, then the sm80 dQ kernel on the padded D) against the
+// oracle, and bitwise equal over 50 reruns.
+TEST_F(CudaBackwardSm90, DeterministicMode) {
+  uint64_t seed = 19500;
+  for (int64_t d : {64, 96, 128})
+    for (bool softcap : {false, true}) {
+      Problem p = make_problem(2, 129, 97, 4, 2, d, softcap ? DType::kFloat16 : DType::kBFloat16);
+      p.deterministic = true;
+      p.options.causal = !softcap;
+      p.options.softcap = softcap ? 20.0f : 0.0f;
+      p.layout = d == 96 ? Layout::kPadded : Layout::kContiguous;
+      expect_pass(p, seed++, Backend::kCudaSm90);
+    }
+  Problem p = make_problem(64, 200, 200, 4, 2, 128, DType::kBFloat16);  // batch >= 60: many CTAs in flight
+  p.deterministic = true;
+  p.options.causal = true;
+  verify::Case first = verify::Case::make(p, seed, true);
+  ASSERT_TRUE(verify::run_forward_backward(first, Backend::kCudaSm90, Device::kCUDA).ok());
+  const std::vector<double> dq = first.dq.to_doubles(), dk = first.dk.to_doubles(), dv = first.dv.to_doubles();
+  for (int run = 1; run < 50; ++run) {
+    verify::Case c = verify::Case::make(p, seed, true);
+    ASSERT_TRUE(verify::run_forward_backward(c, Backend::kCudaSm90, Device::kCUDA).ok());
+    ASSERT_EQ(c.dq.to_doubles(), dq) << "run " << run;
+    ASSERT_EQ(c.dk.to_doubles(), dk) << "run " << run;
+    ASSERT_EQ(c.dv.to_doubles(), dv) << "run " << run;
+  }
+}
+
+// The workspace the sm90 kernels need (D and the LSE padded to 64 rows a head, then the dQ accumulator) is what
+// backward_workspace_size reports for them; with a workspace of that size dK and dV equal a call that allocates
+// its own, and dQ differs at most by the order of its adds.
+TEST_F(CudaBackwardSm90, CallerWorkspaceOfTheReportedSize) {
+  Problem p = make_problem(2, 70, 90, 4, 2, 128, DType::kBFloat16);
+  verify::Case c = verify::Case::make(p, 19600, true);
+  verify::DeviceMirror mirror;
+  ForwardParams f = c.forward_params(Backend::kCudaSm90);
+  f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
+  f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
+  ASSERT_TRUE(forward(f).ok());
+  BackwardParams b = c.backward_params(Backend::kCudaSm90);
+  b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = f.lse, b.dout = mirror.view(c.dout);
+  b.dq = mirror.view(c.dq), b.dk = mirror.view(c.dk), b.dv = mirror.view(c.dv);
+  size_t bytes = 0;
+  ASSERT_TRUE(backward_workspace_size(b, &bytes).ok());
+  EXPECT_EQ(bytes, (2 * 2 * 4 * 128 + 2 * 4 * 70 * 128) * sizeof(float));  // 70 rows pad to 128
+  ASSERT_TRUE(backward(b).ok());  // the library allocates
+  std::string error;
+  ASSERT_TRUE(mirror.copy_back(&error)) << error;
+  const std::vector<double> dq = c.dq.to_doubles(), dk = c.dk.to_doubles(), dv = c.dv.to_doubles();
+  verify::HostTensor workspace(DType::kFloat32, {static_cast<int64_t>(bytes / sizeof(float))});
+  b.workspace = mirror.view(workspace).data;
+  b.workspace_size = bytes - sizeof(float);
+  EXPECT_EQ(backward(b).code, StatusCode::kInvalidArgument) << "a workspace one float short";
+  b.workspace_size = bytes;
+  ASSERT_TRUE(backward(b).ok());
+  ASSERT_TRUE(mirror.copy_back(&error)) << error;
+  EXPECT_EQ(c.dk.to_doubles(), dk);
+  EXPECT_EQ(c.dv.to_doubles(), dv);
+  const std::vector<double> dq2 = c.dq.to_doubles();
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < dq.size(); ++i)
+    worst = std::max(worst, std::fabs(dq2[i] - dq[i])), scale = std::max(scale, std::fabs(dq[i]));
+  EXPECT_LE(worst, 0.02 * scale) << "dQ with a caller workspace differs beyond rounding";
+}
+
+// What auto runs, whatever the GPU: on a Hopper GPU with the sm90 kernels, D = 192 takes the sm90 forward's out
+// and LSE into the sm80 backward, and D = 128 both sm90 families.
+TEST_F(CudaBackward, AutoAcrossFamilies) {
+  uint64_t seed = 15500;
+  for (int64_t d : {128, 192}) {
+    Problem p = make_problem(2, 130, 130, 4, 2, d, DType::kBFloat16);
+    p.options.causal = true;
+    expect_pass(p, seed++, Backend::kAuto);
+  }
 }
 
 TEST_F(CudaBackward, UnsupportedHeadDimIsRefused) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/scoped_env.hpp"
 #include "verify/device_mirror.hpp"
 #include "verify/verify.hpp"
 
@@ -190,22 +191,6 @@ TEST_P(CudaForward, NegativeStrides) {
       }
   EXPECT_LE(worst, 0.01 * scale) << "out with q read backwards is not out reversed";
 }
-
-// Sets an environment variable for one scope and puts back what was there.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    set(value);
-  }
-  ~ScopedEnv() { had_ ? set(old_.c_str()) : set(nullptr); }
-  void set(const char* value) { value ? setenv(name_, value, 1) : unsetenv(name_); }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
 
 // FLASHTILE_CUDA_FORWARD chooses auto's kernel family: sm80 on every GPU, sm90 on a Hopper GPU with the sm90
 // kernels built (SetUp skips that instance elsewhere). The forward auto then runs is checked against the oracle,

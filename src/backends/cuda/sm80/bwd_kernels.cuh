@@ -57,7 +57,7 @@ __global__ void bwd_delta_kernel(const BwdKernelParams p) {
   for (int c = threadIdx.x % 32; c < f.head_dim; c += 32) acc += static_cast<float>(o[c]) * static_cast<float>(d[c]);
 #pragma unroll
   for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (threadIdx.x % 32 == 0) p.delta[r.index] = acc;
+  if (threadIdx.x % 32 == 0) p.delta[r.index] = acc;  // r.index: rows dense, p.delta_head_stride = seqlen_q
 }
 
 // The LSE in log2 units, with rows that saw no key (LSE = -inf) mapped to 0: all their scores are -inf, so P is
@@ -199,7 +199,8 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
                  real ? 4 : 0);
     else if (threadIdx.x < 2 * kM)
       cp_async_4(sDelta + buffer * kM + r,
-                 p.delta + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q + (real ? row : 0), real ? 4 : 0);
+                 p.delta + (static_cast<int64_t>(b) * f.heads_q + h) * p.delta_head_stride + (real ? row : 0),
+                 real ? 4 : 0);
     cp_async_commit();
   };
 
@@ -355,7 +356,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKerne
     const int row = row0 + slice_row<Traits>(0) + g + hr * 8;
     const bool real = row < f.seqlen_q;
     lse2[hr] = real ? lse_log2(f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]]) : 0.0f;
-    delta[hr] = real ? p.delta[(static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q + row] : 0.0f;
+    delta[hr] = real ? p.delta[(static_cast<int64_t>(b) * f.heads_q + h) * p.delta_head_stride + row] : 0.0f;
   }
 
   // The steps: the blocks of kCols keys that some row of this block sees.

@@ -37,12 +37,41 @@ inline bool prefetch_keeps_occupancy(const void* kernel, int threads, int smem_o
   return yes;
 }
 
+// One kernel of the backward on a grid flattened into x, as in the forward ((key blocks) x batch x K/V heads, or
+// (query blocks) x batch x heads), y the part of the head dim's columns a CTA accumulates (the dQ kernel's
+// kColSplits: 2 above 128); with two step buffers where that keeps the CTAs per SM (sets p.prefetch).
+template <typename Kernel>
+cudaError_t launch_bwd_kernel(Kernel kernel, BwdKernelParams& p, int64_t blocks, int threads, int col_splits,
+                              int smem_one, int smem_two, cudaStream_t stream) {
+  p.prefetch =
+      prefetch_keeps_occupancy(reinterpret_cast<const void*>(kernel), threads, smem_one, smem_two, p.smem_limit);
+  const int smem = p.prefetch ? smem_two : smem_one;
+  if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+      err != cudaSuccess)
+    return err;
+  if (blocks > 0) kernel<<<dim3(static_cast<unsigned>(blocks), col_splits), threads, smem, stream>>>(p);
+  return cudaGetLastError();
+}
+
+// The deterministic mode's dQ kernel, once D is in p.delta: one CTA per (query block, batch, head), which sets
+// p.fwd.m_blocks. The sm90 backward's deterministic mode runs it too (sm90/bwd_launch.cuh).
+template <typename T, int kHeadDim>
+cudaError_t launch_bwd_dq(BwdKernelParams p, cudaStream_t stream) {
+  using DqTraits = BwdDqTraits<kHeadDim>;
+  FwdKernelParams& f = p.fwd;
+  f.m_blocks = (f.seqlen_q + DqTraits::kBlockM - 1) / DqTraits::kBlockM;
+  auto kernel = f.softcap > 0 ? bwd_dq_kernel<DqTraits, T, true> : bwd_dq_kernel<DqTraits, T, false>;
+  return launch_bwd_kernel(kernel, p, static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q, DqTraits::kThreads,
+                           DqTraits::kColSplits, bwd_dq_smem_bytes<DqTraits>(1), bwd_dq_smem_bytes<DqTraits>(2),
+                           stream);
+}
+
 // The backward with one row of the dK/dV table (bwd_config.hpp), which sets the key blocks.
 template <typename T, int kHeadDim, typename DkdvTraits>
 cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) {
-  using DqTraits = BwdDqTraits<kHeadDim>;
   BwdKernelParams p = params;
   p.n_blocks = static_cast<int>((p.fwd.seqlen_k + DkdvTraits::kBlockN - 1) / DkdvTraits::kBlockN);
+  p.delta_head_stride = p.fwd.seqlen_q;  // bwd_delta_kernel below writes D dense
   const FwdKernelParams& f = p.fwd;
   const bool accumulate_dq = p.dq_accum != nullptr;  // default mode; deterministic mode runs bwd_dq_kernel
   const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
@@ -54,21 +83,9 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
   if (rows > 0) bwd_delta_kernel<T><<<row_blocks, kRowWarps * 32, 0, stream>>>(p);  // seqlen_q = 0: none
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
-  // Grids flattened into x, as in the forward: (key blocks) x batch x K/V heads, (query blocks) x batch x heads;
-  // the dQ kernel's y is the half of the head dim's columns a CTA accumulates (kColSplits: 2 above 128).
-  auto launch = [&](auto kernel, int64_t blocks, int threads, int col_splits, int smem_one, int smem_two) {
-    p.prefetch =
-        prefetch_keeps_occupancy(reinterpret_cast<const void*>(kernel), threads, smem_one, smem_two, p.smem_limit);
-    const int smem = p.prefetch ? smem_two : smem_one;
-    if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        err != cudaSuccess)
-      return err;
-    if (blocks > 0) kernel<<<dim3(static_cast<unsigned>(blocks), col_splits), threads, smem, stream>>>(p);
-    return cudaGetLastError();
-  };
   auto launch_dkdv = [&](auto kernel) {
-    return launch(kernel, static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv, DkdvTraits::kThreads, 1,
-                  DkdvTraits::smem_bytes(1), DkdvTraits::smem_bytes(2));
+    return launch_bwd_kernel(kernel, p, static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv,
+                             DkdvTraits::kThreads, 1, DkdvTraits::smem_bytes(1), DkdvTraits::smem_bytes(2), stream);
   };
   const bool softcap = f.softcap > 0;
   if (accumulate_dq) {
@@ -81,11 +98,7 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
   cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, true, false>)
                             : launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, false, false>);
   if (err != cudaSuccess) return err;
-  auto launch_dq = [&](auto kernel) {
-    return launch(kernel, static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q, DqTraits::kThreads,
-                  DqTraits::kColSplits, bwd_dq_smem_bytes<DqTraits>(1), bwd_dq_smem_bytes<DqTraits>(2));
-  };
-  return softcap ? launch_dq(bwd_dq_kernel<DqTraits, T, true>) : launch_dq(bwd_dq_kernel<DqTraits, T, false>);
+  return launch_bwd_dq<T, kHeadDim>(p, stream);
 }
 
 // The main row where one step buffer fits in the call's shared memory, else the small row (99 KB GPUs).

@@ -1,0 +1,475 @@
+// The sm90 backward (H100, H200): FlashAttention-2's five tile products on Hopper's machinery. Three kernels per
+// call (bwd_launch.cuh):
+//   1. bwd_prep_kernel: per query row, D = rowsum(dO * O) and the LSE in log2 units, into workspace rows padded
+//      to a multiple of 64 per head, so the main kernel copies a step's 64 of each with one bulk copy;
+//   2. bwd_kernel: one CTA per (block of 128 keys, batch, K/V head), walking the group's query heads and the
+//      blocks of 64 query rows that see its keys (a step):
+//      - warpgroup 0 is the producer: it gives its registers away (setmaxnreg), and one thread loads K and V
+//        once, then each step's Q and dO (TMA) and LSE and D (bulk copies) into a two-deep ring of buffers
+//        (mbarriers: full when the bytes have landed, empty when both consumers are done with them);
+//      - warpgroups 1 and 2 are consumers, 64 keys each, meeting only at named barriers:
+//          S_w = Q K_w^T, dP_w = dO V_w^T   (64 queries x 64 keys; P_w from S_w while dP_w still runs)
+//          P_w, dS_w -> shared memory       (dS without the softmax scale, which dK and dQ get once at the end)
+//          dV_w += P_w^T dO, dK_w += dS_w^T Q  (64 keys x kHeadDim, A and B as transposed shared views)
+//          dQ part: at D = 128, dQ[:, w half] = dS K (64 queries x 64 columns over all 128 keys, which needs both
+//          consumers' dS); below, dQ += dS_w K_w (64 queries x kHeadDim over the consumer's own 64 keys: the
+//          consumers never wait for each other, but a 32- or 48-column half of K's transposed view would start
+//          inside a swizzle atom, which a wgmma operand cannot, and at D = 128 the full width would not fit in
+//          the registers)
+//        dQ's part goes to shared memory (swizzled, two buffers) and one thread adds it to the accumulator in
+//        global memory by TMA reduce-add: no atomics on the consumers, one instruction per step;
+//      - dK (times the scale) and dV are stored from registers at the end;
+//   3. sm80::bwd_dq_convert_kernel: dQ = the accumulator times the scale, in the input dtype.
+// The deterministic mode runs bwd_kernel without its dQ part (kAccumulateDq = false: then nothing adds into
+// another CTA's output), and the sm80 dQ kernel instead of 3 (one CTA per query block recomputes S and dP), as
+// the sm80 backward does.
+// The development history of this schedule and what each piece bought: docs/perf-log.md (sm90 backward).
+// Registers per consumer thread: dK and dV (64 x kHeadDim each: kHeadDim / 2 floats each), S and dP (32 each),
+// dQ (kHeadDim / 4 at D = 128, kHeadDim / 2 below): 224 at D = 128 within setmaxnreg's 240, so head dims above
+// 128 use the sm80 kernels.
+#pragma once
+
+#include <cute/tensor.hpp>  // first: the atom headers below expect it
+#include <cute/atom/copy_traits_sm90_tma.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+#include <cutlass/numeric_types.h>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <type_traits>
+#include <utility>
+
+#include "backends/cuda/bwd_kernel_params.hpp"
+#include "backends/cuda/quad_reduce.cuh"
+#include "backends/cuda/sm80/bwd_kernels.cuh"  // grad_score, lse_log2, pack2, bwd_dq_convert_kernel
+
+namespace flashtile::cuda::sm90 {
+
+// Query rows per step, and per padded workspace block of the LSE and D.
+constexpr int kBwdBlockM = 64;
+
+// Workspace rows per (batch, head) of the padded LSE and D: seqlen_q rounded up to a step.
+inline __host__ __device__ int64_t bwd_padded_rows(int seqlen_q) {
+  return (static_cast<int64_t>(seqlen_q) + kBwdBlockM - 1) / kBwdBlockM * kBwdBlockM;
+}
+
+// Everything one (dtype, head dim) instantiation is made of. T is cutlass::bfloat16_t or cutlass::half_t.
+template <typename T, int kHeadDim_>
+struct BwdTraits {
+  using Element = T;
+  using CudaT = std::conditional_t<std::is_same_v<T, cutlass::bfloat16_t>, __nv_bfloat16, __half>;
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kBlockM = kBwdBlockM, kStages = 2;
+  static constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1);
+  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128, "the registers hold head dims up to 128");
+  // dQ split by keys (each consumer over its own 64) below D = 128, by columns at 128 (the top of this file).
+  static constexpr bool kDqByKeys = kHeadDim < 128;
+
+  using M = cute::Int<kBlockM>;
+  using N = cute::Int<kBlockN>;
+  using D = cute::Int<kHeadDim>;
+  using HalfN = cute::Int<kBlockN / 2>;    // a consumer's keys
+  using DqCols = cute::Int<kDqByKeys ? kHeadDim : kHeadDim / 2>;  // a consumer's dQ part: columns, and the keys
+  using DqKeys = cute::Int<kDqByKeys ? kBlockN / 2 : kBlockN>;       // it sums over
+  // Rows of the head dim swizzled by 128 bytes (64 columns), or 64 at D = 96; P and dS's (128 keys) by 128.
+  using RowAtom = std::conditional_t<kHeadDim % 64 == 0, cute::GMMA::Layout_K_SW128_Atom<T>,
+                                     cute::GMMA::Layout_K_SW64_Atom<T>>;
+  using SmemLayoutQ = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<M, D>{}));  // Q, dO: (queries, dim)
+  using SmemLayoutQStages = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<M, D, cute::Int<kStages>>{}));
+  using SmemLayoutK = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<N, D>{}));  // K, V: (keys, dim)
+  using SmemLayoutP = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<T>{},
+                                                   cute::Shape<M, N>{}));  // P, dS: (queries, keys)
+  // Transposed views, MN-major as the products that read them need.
+  using SmemLayoutQt = decltype(cute::composition(
+      SmemLayoutQ{}, cute::make_ordered_layout(cute::Shape<D, M>{}, cute::Step<cute::_2, cute::_1>{})));
+  using SmemLayoutKt = decltype(cute::composition(
+      SmemLayoutK{}, cute::make_ordered_layout(cute::Shape<D, N>{}, cute::Step<cute::_2, cute::_1>{})));
+  using SmemLayoutPt = decltype(cute::composition(
+      SmemLayoutP{}, cute::make_ordered_layout(cute::Shape<N, M>{}, cute::Step<cute::_2, cute::_1>{})));
+  // A consumer's dQ part, fp32, in 32-column blocks swizzled by 128 bytes, so that a warp's float2 stores of an
+  // accumulator hit each bank once per 128 bytes; the TMA adds it as one box per column block.
+  using DqAtom = cute::GMMA::Layout_K_SW128_Atom<float>;
+  using SmemLayoutDq = decltype(cute::tile_to_shape(DqAtom{}, cute::Shape<M, DqCols>{}));
+  using SmemLayoutDqBuffers = decltype(cute::tile_to_shape(DqAtom{}, cute::Shape<M, DqCols, cute::_2>{}));
+
+  // One consumer's products.
+  using MmaSdP = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, HalfN, D>>()));
+  using MmaKV = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, D, M>, cute::GMMA::Major::MN,
+                                 cute::GMMA::Major::MN>()));
+  using MmaDQ = decltype(cute::make_tiled_mma(
+      cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, DqCols, DqKeys>, cute::GMMA::Major::K,
+                                 cute::GMMA::Major::MN>()));
+
+  // q, k, v or dO as (seqlen, head dim, heads, batch) over its strides (the call's head dim: TMA zero-fills the
+  // columns up to kHeadDim); the fp32 dQ accumulator likewise, dense ((batch, head, row, column) in memory).
+  static auto rows_tensor(const void* ptr, int seqlen, int head_dim, int heads, int batch, const int64_t* stride) {
+    using namespace cute;
+    return make_tensor(make_gmem_ptr(static_cast<const T*>(ptr)),
+                       make_layout(make_shape(seqlen, head_dim, heads, batch),
+                                   make_stride(stride[1], _1{}, stride[2], stride[0])));
+  }
+  static auto dq_tensor(float* ptr, int seqlen, int head_dim, int heads, int batch) {
+    using namespace cute;
+    const int64_t head = static_cast<int64_t>(seqlen) * head_dim;
+    return make_tensor(make_gmem_ptr(ptr), make_layout(make_shape(seqlen, head_dim, heads, batch),
+                                                       make_stride(int64_t{head_dim}, _1{}, head, head * heads)));
+  }
+  using TmaRows = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{},
+                                               rows_tensor(nullptr, 1, 1, 1, 1, nullptr), SmemLayoutQ{}));
+  using TmaKeys = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{},
+                                               rows_tensor(nullptr, 1, 1, 1, 1, nullptr), SmemLayoutK{}));
+  using TmaDq = decltype(cute::make_tma_copy(cute::SM90_TMA_REDUCE_ADD{}, dq_tensor(nullptr, 1, 1, 1, 1),
+                                             SmemLayoutDq{}));
+
+  struct SharedStorage {
+    alignas(1024) T k[cute::cosize_v<SmemLayoutK>];
+    alignas(1024) T v[cute::cosize_v<SmemLayoutK>];
+    alignas(1024) T q[cute::cosize_v<SmemLayoutQStages>];
+    alignas(1024) T dout[cute::cosize_v<SmemLayoutQStages>];
+    alignas(1024) T p[cute::cosize_v<SmemLayoutP>];
+    alignas(1024) T ds[cute::cosize_v<SmemLayoutP>];
+    alignas(1024) float dq[kConsumers][cute::cosize_v<SmemLayoutDqBuffers>];
+    alignas(16) float lse2[kStages][kBlockM];  // log2 units (bwd_prep_kernel)
+    alignas(16) float delta[kStages][kBlockM];
+    uint64_t kv_full, full[kStages], empty[kStages];
+  };
+  static constexpr int kSmemBytes = sizeof(SharedStorage);
+  static_assert(kSmemBytes <= 227 * 1024, "an sm90 block has at most 227 KB of shared memory");
+  static constexpr uint32_t kKvBytes = 2 * kBlockN * kHeadDim * sizeof(T);
+  static constexpr uint32_t kStepBytes = 2 * kBlockM * kHeadDim * sizeof(T) + 2 * kBlockM * sizeof(float);
+
+  struct Params {
+    TmaRows tma_q, tma_do;
+    TmaKeys tma_k, tma_v;
+    TmaDq tma_dq;
+    BwdKernelParams p;
+  };
+};
+
+// D = rowsum(dO * O) and the LSE in log2 units (lse_log2: rows that saw no key get 0) for one workspace row per
+// warp, rows (batch, head, padded row); the padding rows get 0 for both (their Q and dO load as zeros, so they
+// add nothing to dK and dV, and their dQ is clipped).
+template <typename CudaT>
+__global__ void bwd_prep_kernel(const BwdKernelParams p) {
+  const FwdKernelParams& f = p.fwd;
+  const int64_t padded = bwd_padded_rows(f.seqlen_q);
+  const int64_t index = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  if (index >= static_cast<int64_t>(f.batch) * f.heads_q * padded) return;
+  const int i = static_cast<int>(index % padded), h = static_cast<int>((index / padded) % f.heads_q);
+  const int b = static_cast<int>(index / (padded * f.heads_q));
+  float acc = 0.0f, lse2 = 0.0f;
+  if (i < f.seqlen_q) {
+    const CudaT* o = static_cast<const CudaT*>(f.o) + b * f.o_stride[0] + i * f.o_stride[1] + h * f.o_stride[2];
+    const CudaT* d =
+        static_cast<const CudaT*>(p.dout) + b * p.dout_stride[0] + i * p.dout_stride[1] + h * p.dout_stride[2];
+    for (int c = threadIdx.x % 32; c < f.head_dim; c += 32)
+      acc += static_cast<float>(o[c]) * static_cast<float>(d[c]);
+    lse2 = sm80::lse_log2(f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + i * f.lse_stride[2]]);
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (threadIdx.x % 32 == 0) p.delta[index] = acc, p.lse_log2[index] = lse2;
+}
+
+// A bulk copy of `bytes` (a multiple of 16) from global to shared memory, completing on an mbarrier's
+// transaction count.
+__device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, uint32_t bytes, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+          static_cast<uint32_t>(__cvta_generic_to_shared(smem_dst))),
+      "l"(gmem_src), "r"(bytes), "r"(static_cast<uint32_t>(__cvta_generic_to_shared(bar)))
+      : "memory");
+}
+
+// Issues acc (+)= A B over every k block of the operands, asynchronously (one wgmma batch).
+template <class Mma, class FragA, class FragB, class Acc>
+__device__ void issue_mma(Mma& mma, const FragA& a, const FragB& b, Acc& acc, bool accumulate) {
+  cute::warpgroup_fence_operand(acc);
+  cute::warpgroup_arrive();
+  mma.accumulate_ = accumulate ? cute::GMMA::ScaleOut::One : cute::GMMA::ScaleOut::Zero;
+  CUTE_UNROLL
+  for (int kb = 0; kb < cute::size<2>(a); ++kb) {
+    cute::gemm(mma, a(cute::_, cute::_, kb), b(cute::_, cute::_, kb), acc);
+    mma.accumulate_ = cute::GMMA::ScaleOut::One;
+  }
+  cute::warpgroup_commit_batch();
+}
+
+// Named barriers (0 is __syncthreads): 1 + w for consumer w's own threads; with dQ split by columns (D = 128),
+// kDsBarrier when both consumers' dS are in shared memory, and kStepBarrier + w when consumer w may overwrite its
+// P and dS (it waits there; the other consumer arrives once its dQ product of the step before has read them).
+constexpr int kDsBarrier = 3, kStepBarrier = 4;
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
+}
+
+template <typename Traits, bool kSoftcap, bool kAccumulateDq>
+__global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_constant__ typename Traits::Params prm) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using namespace cute;
+  using T = typename Traits::Element;
+  using CudaT = typename Traits::CudaT;
+  using M = typename Traits::M;
+  using N = typename Traits::N;
+  using D = typename Traits::D;
+  using HalfN = typename Traits::HalfN;
+  using DqCols = typename Traits::DqCols;
+  // The consumers wait for each other only where dQ reads both one's dS (dQ split by columns).
+  constexpr bool kSharedDs = kAccumulateDq && !Traits::kDqByKeys;
+  using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
+  using EmptyBarrier = cutlass::arch::ClusterBarrier;
+  constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
+  const BwdKernelParams& p = prm.p;
+  const FwdKernelParams& f = p.fwd;
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
+
+  const int n_block = static_cast<int>(blockIdx.x % p.n_blocks), bhk = static_cast<int>(blockIdx.x / p.n_blocks);
+  const int b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
+  const int key0 = n_block * kBlockN;
+  // The steps: each query head of the group, times each block of kBlockM query rows that sees a key of this
+  // block, from a multiple of kBlockM.
+  const int row_first = max(0, key0 - f.key_offset - f.window_right) / kBlockM * kBlockM;
+  const int row_end = min(f.seqlen_q, key0 + kBlockN - f.key_offset + f.window_left);
+  const int per_head = row_first < row_end ? (row_end - row_first + kBlockM - 1) / kBlockM : 0;
+  const int steps = per_head * f.group;
+  const int warpgroup = static_cast<int>(threadIdx.x / 128), tid = static_cast<int>(threadIdx.x % 128);
+  const int64_t padded = bwd_padded_rows(f.seqlen_q);
+
+  if (threadIdx.x == 0) {
+    prefetch_tma_descriptor(prm.tma_q.get_tma_descriptor());
+    prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
+    prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
+    prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
+    prefetch_tma_descriptor(prm.tma_dq.get_tma_descriptor());
+    FullBarrier::init(&smem.kv_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      FullBarrier::init(&smem.full[s], 1);
+      EmptyBarrier::init(&smem.empty[s], Traits::kConsumers * 128);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  auto sQ = make_tensor(make_smem_ptr(smem.q), typename Traits::SmemLayoutQStages{});  // (M, D, stage)
+  auto sdO = make_tensor(make_smem_ptr(smem.dout), typename Traits::SmemLayoutQStages{});
+  auto sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
+  auto sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutK{});
+
+  if (warpgroup == 0) {  // producer
+    cutlass::arch::warpgroup_reg_dealloc<24>();
+    if (threadIdx.x != 0 || steps == 0) return;
+    const auto q_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
+    const auto kv_shape = make_shape(f.seqlen_k, f.head_dim, p.heads_kv, f.batch);
+    auto gK = local_tile(prm.tma_k.get_tma_tensor(kv_shape)(_, _, hk, b), Shape<N, D>{}, make_coord(n_block, 0));
+    auto gV = local_tile(prm.tma_v.get_tma_tensor(kv_shape)(_, _, hk, b), Shape<N, D>{}, make_coord(n_block, 0));
+    auto [tKg, tKs] = tma_partition(prm.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+    auto [tVg, tVs] = tma_partition(prm.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+    FullBarrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKvBytes);
+    copy(prm.tma_k.with(smem.kv_full), tKg, tKs);
+    copy(prm.tma_v.with(smem.kv_full), tVg, tVs);
+    int h = hk * f.group, row0 = row_first;  // the step's query head and first row
+    for (int i = 0; i < steps; ++i) {
+      const int s = i % kStages;
+      if (i >= kStages) EmptyBarrier::wait(&smem.empty[s], (i / kStages - 1) % 2);  // step i - kStages is done
+      auto gQ = local_tile(prm.tma_q.get_tma_tensor(q_shape)(_, _, h, b), Shape<M, D>{}, make_coord(row0 / kBlockM, 0));
+      auto gdO =
+          local_tile(prm.tma_do.get_tma_tensor(q_shape)(_, _, h, b), Shape<M, D>{}, make_coord(row0 / kBlockM, 0));
+      auto [tQg, tQs] = tma_partition(prm.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ(_, _, s)),
+                                      group_modes<0, 2>(gQ));
+      auto [tdOg, tdOs] = tma_partition(prm.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO(_, _, s)),
+                                        group_modes<0, 2>(gdO));
+      FullBarrier::arrive_and_expect_tx(&smem.full[s], Traits::kStepBytes);
+      copy(prm.tma_q.with(smem.full[s]), tQg, tQs);
+      copy(prm.tma_do.with(smem.full[s]), tdOg, tdOs);
+      const int64_t stats = (static_cast<int64_t>(b) * f.heads_q + h) * padded + row0;
+      bulk_load(smem.lse2[s], p.lse_log2 + stats, kBlockM * sizeof(float), &smem.full[s]);
+      bulk_load(smem.delta[s], p.delta + stats, kBlockM * sizeof(float), &smem.full[s]);
+      row0 += kBlockM;
+      if (row0 >= row_end) row0 = row_first, ++h;
+    }
+    return;
+  }
+
+  cutlass::arch::warpgroup_reg_alloc<240>();
+  const int w = warpgroup - 1;  // this consumer's keys: w * 64 .. w * 64 + 63 of the CTA's
+  auto sP = make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutP{});
+  auto sdS = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutP{});
+  auto sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});
+  auto sPt = make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutPt{});
+  auto sdSt = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutPt{});
+  typename Traits::MmaSdP mma_sdp;
+  typename Traits::MmaKV mma_kv;
+  typename Traits::MmaDQ mma_dq;
+  auto thr_sdp = mma_sdp.get_thread_slice(tid);
+  auto thr_kv = mma_kv.get_thread_slice(tid);
+  auto thr_dq = mma_dq.get_thread_slice(tid);
+  // This consumer's slices of the shared tiles.
+  auto sK_w = local_tile(sK, Shape<HalfN, D>{}, make_coord(w, 0));
+  auto sV_w = local_tile(sV, Shape<HalfN, D>{}, make_coord(w, 0));
+  auto sP_w = local_tile(sP, Shape<M, HalfN>{}, make_coord(0, w));
+  auto sdS_w = local_tile(sdS, Shape<M, HalfN>{}, make_coord(0, w));
+  auto sPt_w = local_tile(sPt, Shape<HalfN, M>{}, make_coord(w, 0));
+  auto sdSt_w = local_tile(sdSt, Shape<HalfN, M>{}, make_coord(w, 0));
+  // dQ's operands: dS and K's transposed view, both consumers' keys and this consumer's columns, or this
+  // consumer's keys and every column.
+  auto sdS_dq = [&] {
+    if constexpr (Traits::kDqByKeys) return sdS_w; else return sdS;
+  }();
+  auto sKt_dq = [&] {
+    if constexpr (Traits::kDqByKeys) return local_tile(sKt, Shape<D, HalfN>{}, make_coord(0, w));
+    else return local_tile(sKt, Shape<DqCols, N>{}, make_coord(w, 0));
+  }();
+  auto sdQ = make_tensor(make_smem_ptr(smem.dq[w]), typename Traits::SmemLayoutDqBuffers{});  // (M, DqCols, buffer)
+
+  auto tSrS = partition_fragment_C(mma_sdp, Shape<_64, HalfN>{});
+  auto tSrdP = partition_fragment_C(mma_sdp, Shape<_64, HalfN>{});
+  auto tVrdV = partition_fragment_C(mma_kv, Shape<_64, D>{});
+  auto tKrdK = partition_fragment_C(mma_kv, Shape<_64, D>{});
+  auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
+  clear(tVrdV);
+  clear(tKrdK);
+  // Element e of S, dP (and P, dS) sits at tScS(e) within (64 queries, this consumer's 64 keys): a thread holds
+  // rows r and r + 8 ((e / 2) % 2 says which), columns 2t and 2t + 1 of each 8-key block (e and e + 1).
+  auto tScS = thr_sdp.partition_C(make_identity_tensor(Shape<_64, HalfN>{}));
+  auto tSsP = thr_sdp.partition_C(sP_w);
+  auto tSsdS = thr_sdp.partition_C(sdS_w);
+  auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, DqCols>{}));
+  const auto dq_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
+  const int key_w0 = key0 + w * (kBlockN / 2);  // this consumer's first key
+
+  if (steps > 0) FullBarrier::wait(&smem.kv_full, 0);
+  int h = hk * f.group, row0 = row_first;
+  for (int i = 0; i < steps; ++i) {
+    const int s = i % kStages;
+    FullBarrier::wait(&smem.full[s], (i / kStages) % 2);
+    auto sQt = make_tensor(sQ(_, _, s).data(), typename Traits::SmemLayoutQt{});
+    auto sdOt = make_tensor(sdO(_, _, s).data(), typename Traits::SmemLayoutQt{});
+    issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sQ(_, _, s)), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
+    issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sdO(_, _, s)), thr_sdp.partition_fragment_B(sV_w), tSrdP, false);
+    float lse2[2], delta[2];  // this thread's two rows
+    CUTE_UNROLL
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = get<0>(tScS(2 * hr));
+      lse2[hr] = smem.lse2[s][r];
+      delta[hr] = smem.delta[s][r];
+    }
+    const int last_query = min(row0 + kBlockM, f.seqlen_q) - 1;
+    const bool full_tile = last_query + f.key_offset - f.window_left <= key_w0 &&
+                           row0 + f.key_offset + f.window_right >= key_w0 + kBlockN / 2 - 1 &&
+                           key_w0 + kBlockN / 2 <= f.seqlen_k;
+    // S -> softcap, mask, and (without a softcap) P in place while dP is still on the tensor cores; then dS, and
+    // P and dS into shared memory, two columns per store. Under a softcap S keeps the capped scores until dS,
+    // which needs them (grad_score). The other consumer may still be reading the previous step's dS for its dQ
+    // until the step barrier.
+    auto grads = [&](auto masked) {
+      constexpr bool kMasked = decltype(masked)::value;
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tSrS);
+      CUTE_UNROLL
+      for (int e = 0; e < size(tSrS); ++e) {
+        float x = tSrS(e);
+        if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
+        if (kMasked) {
+          const int query = row0 + get<0>(tScS(e)), key = key_w0 + get<1>(tScS(e));
+          const bool visible = key < f.seqlen_k && key >= query + f.key_offset - f.window_left &&
+                               key <= query + f.key_offset + f.window_right;
+          x = visible ? x : -INFINITY;
+        }
+        tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -lse2[(e / 2) % 2]));
+      }
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tSrdP);
+      // P and dS are rewritten once every warp of the consumer is past the previous step's products that read
+      // them (a warp's wgmma wait covers its own share only): with dQ split by columns the step barrier says so
+      // for both consumers; with dQ split by keys the dQ hand-off's barrier did, after the wait; without dQ
+      // (deterministic) a barrier of the consumer's own here.
+      if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
+      if (!kAccumulateDq && i > 0) named_sync(1 + w, 128);
+      CUTE_UNROLL
+      for (int e = 0; e < size(tSrS); e += 2) {
+        const int hr = (e / 2) % 2;
+        float prob[2], ds[2];
+        CUTE_UNROLL
+        for (int j = 0; j < 2; ++j) {
+          const float x = tSrS(e + j);
+          prob[j] = kSoftcap ? exp2_approx(fmaf(x, f.scale_log2, -lse2[hr])) : x;
+          ds[j] = sm80::grad_score<kSoftcap, kMasked>(prob[j], tSrdP(e + j), delta[hr], x, f);
+        }
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&tSsP(e)))),
+                     "r"(sm80::pack2<CudaT>(prob[0], prob[1])));
+        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&tSsdS(e)))),
+                     "r"(sm80::pack2<CudaT>(ds[0], ds[1])));
+      }
+    };
+    if (full_tile)
+      grads(std::false_type{});
+    else
+      grads(std::true_type{});
+    cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> async-proxy reads (wgmma)
+    // Step i writes dQ buffer i % 2, last read by the add of step i - 2: every add but the latest has read its
+    // buffer after this wait, and the barrier below passes that on to the consumer's threads.
+    if (kAccumulateDq && tid == 0) tma_store_wait<1>();
+    named_sync(1 + w, 128);  // this consumer's P and dS are in place
+    issue_mma(mma_kv, thr_kv.partition_fragment_A(sPt_w), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
+    issue_mma(mma_kv, thr_kv.partition_fragment_A(sdSt_w), thr_kv.partition_fragment_B(sQt), tKrdK, true);
+    if (kSharedDs) named_sync(kDsBarrier, 2 * 128);  // and the other's dS, which dQ reads too
+    if (kAccumulateDq)
+      issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(tVrdV);
+    warpgroup_fence_operand(tKrdK);
+    warpgroup_fence_operand(tQrdQ);
+    EmptyBarrier::arrive(&smem.empty[s]);  // Q, dO, LSE and D of this stage are read
+    if (kSharedDs && i + 1 < steps)
+      asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
+
+    if constexpr (kAccumulateDq) {
+      // dQ into this step's buffer, then added by TMA (rows past the sequence end and columns past the head dim
+      // are clipped by the descriptor; split by keys, both consumers add into the same box).
+      const int dq_buf = i % 2;
+      CUTE_UNROLL
+      for (int e = 0; e < size(tQrdQ); e += 2) {  // st.shared: a plain store through the layout goes generic
+        const auto at =
+            static_cast<uint32_t>(__cvta_generic_to_shared(&sdQ(get<0>(tQcQ(e)), get<1>(tQcQ(e)), dq_buf)));
+        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(tQrdQ(e)), "f"(tQrdQ(e + 1)));
+      }
+      cutlass::arch::fence_view_async_shared();  // the TMA reads through the async proxy
+      named_sync(1 + w, 128);
+      if (tid == 0) {
+        auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(dq_shape)(_, _, h, b), Shape<M, DqCols>{},
+                              make_coord(row0 / kBlockM, Traits::kDqByKeys ? 0 : w));
+        auto [tdQg, tdQs] = tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdQ(_, _, dq_buf)),
+                                          group_modes<0, 2>(gdQ));
+        copy(prm.tma_dq, tdQs, tdQg);
+        tma_store_arrive();
+      }
+    }
+    row0 += kBlockM;
+    if (row0 >= row_end) row0 = row_first, ++h;
+  }
+  // With the step barriers (kSharedDs), each consumer waits at its own in steps 1 .. steps - 1 and the other
+  // arrives there after steps 0 .. steps - 2, so none is left open here.
+  if (kAccumulateDq && tid == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // adds done
+
+  // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys, two columns per store.
+  CudaT* dk_head = static_cast<CudaT*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
+  CudaT* dv_head = static_cast<CudaT*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[2];
+  auto tKcK = thr_kv.partition_C(make_identity_tensor(Shape<_64, D>{}));
+  CUTE_UNROLL
+  for (int e = 0; e < size(tKrdK); e += 2) {
+    const int key = key_w0 + get<0>(tKcK(e)), col = get<1>(tKcK(e));
+    if (key < f.seqlen_k && col < f.head_dim) {
+      *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
+          sm80::pack2<CudaT>(tKrdK(e) * p.scale, tKrdK(e + 1) * p.scale);
+      *reinterpret_cast<uint32_t*>(dv_head + key * p.dv_stride[1] + col) = sm80::pack2<CudaT>(tVrdV(e), tVrdV(e + 1));
+    }
+  }
+#endif
+}
+
+}  // namespace flashtile::cuda::sm90

@@ -1,0 +1,88 @@
+// Launches the sm90 backward for one (dtype, head dim) instantiation: the LSE and D into the padded workspace,
+// the dQ accumulator cleared, the TMA descriptors of q, k, v, dO and the accumulator built from the call's
+// shapes and strides, the main kernel, then dQ's conversion. Included only by the generated translation units
+// (cmake/cuda_instantiations.cmake), so each kernel compiles once.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "backends/cuda/sm80/bwd_launch.cuh"  // launch_bwd_dq: the deterministic mode's dQ
+#include "backends/cuda/sm90/bwd_kernel.cuh"
+#include "backends/cuda/sm90/bwd_launch.hpp"
+#include "backends/cuda/sm90/fwd_launch.cuh"  // tma_safe_strides
+
+namespace flashtile::cuda::sm90 {
+
+// p.delta holds bwd_stats_floats() floats (D, then the LSE in log2 units); p.dq_accum batch x heads_q x seqlen_q x
+// head_dim floats, or nullptr in the deterministic mode; seqlen_q and seqlen_k are not 0 (cuda_backend.cpp runs
+// the sm80 kernels then: there is nothing to load, and a TMA descriptor cannot have an extent of 0).
+template <typename T, int kHeadDim>
+cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
+  using Element = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, cutlass::bfloat16_t, cutlass::half_t>;
+  using Traits = BwdTraits<Element, kHeadDim>;
+  BwdKernelParams p = params;
+  const FwdKernelParams& f = p.fwd;
+  if (p.delta == nullptr || f.seqlen_q == 0 || f.seqlen_k == 0) return cudaErrorInvalidValue;  // see above
+  const bool accumulate_dq = p.dq_accum != nullptr;
+  const int64_t padded_rows = static_cast<int64_t>(f.batch) * f.heads_q * bwd_padded_rows(f.seqlen_q);
+  p.lse_log2 = p.delta + padded_rows;
+  p.delta_head_stride = bwd_padded_rows(f.seqlen_q);
+  p.n_blocks = (f.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  const int64_t ctas = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
+  if (ctas > INT32_MAX) return cudaErrorInvalidValue;  // block numbers are ints in the kernel
+
+  const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+  if (accumulate_dq)
+    if (cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, rows * f.head_dim * sizeof(float), stream);
+        err != cudaSuccess)
+      return err;
+  constexpr int kRowWarps = 8;  // rows per block of the prep and conversion kernels (one warp each)
+  bwd_prep_kernel<T><<<static_cast<unsigned>((padded_rows + kRowWarps - 1) / kRowWarps), kRowWarps * 32, 0,
+                       stream>>>(p);
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+
+  int64_t q_stride[3], do_stride[3], k_stride[3], v_stride[3];
+  tma_safe_strides(f.q_stride, f.batch, f.seqlen_q, f.heads_q, q_stride);
+  tma_safe_strides(p.dout_stride, f.batch, f.seqlen_q, f.heads_q, do_stride);
+  tma_safe_strides(f.k_stride, f.batch, f.seqlen_k, p.heads_kv, k_stride);
+  tma_safe_strides(f.v_stride, f.batch, f.seqlen_k, p.heads_kv, v_stride);
+  const typename Traits::Params prm{
+      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
+                          Traits::rows_tensor(f.q, f.seqlen_q, f.head_dim, f.heads_q, f.batch, q_stride),
+                          typename Traits::SmemLayoutQ{}),
+      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
+                          Traits::rows_tensor(p.dout, f.seqlen_q, f.head_dim, f.heads_q, f.batch, do_stride),
+                          typename Traits::SmemLayoutQ{}),
+      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
+                          Traits::rows_tensor(f.k, f.seqlen_k, f.head_dim, p.heads_kv, f.batch, k_stride),
+                          typename Traits::SmemLayoutK{}),
+      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
+                          Traits::rows_tensor(f.v, f.seqlen_k, f.head_dim, p.heads_kv, f.batch, v_stride),
+                          typename Traits::SmemLayoutK{}),
+      // In the deterministic mode no add is issued; the descriptor (which must exist) then describes the
+      // workspace, never touched through it.
+      cute::make_tma_copy(cute::SM90_TMA_REDUCE_ADD{},
+                          Traits::dq_tensor(accumulate_dq ? p.dq_accum : p.delta, f.seqlen_q, f.head_dim, f.heads_q,
+                                            f.batch),
+                          typename Traits::SmemLayoutDq{}),
+      p};
+  const bool softcap = f.softcap > 0;
+  auto kernel = accumulate_dq ? (softcap ? bwd_kernel<Traits, true, true> : bwd_kernel<Traits, false, true>)
+                              : (softcap ? bwd_kernel<Traits, true, false> : bwd_kernel<Traits, false, false>);
+  if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
+      err != cudaSuccess)
+    return err;
+  kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSmemBytes, stream>>>(prm);
+  if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
+  if (!accumulate_dq) return sm80::launch_bwd_dq<T, kHeadDim>(p, stream);  // reads D at p.delta_head_stride
+  sm80::bwd_dq_convert_kernel<T>
+      <<<static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps), kRowWarps * 32, 0, stream>>>(p);
+  return cudaGetLastError();
+}
+
+}  // namespace flashtile::cuda::sm90

@@ -1,0 +1,30 @@
+// The sm90 backward as the host sees it: which instantiations this build has, and how to launch one.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "backends/cuda/bwd_kernel_params.hpp"
+#include "backends/cuda/sm80/fwd_launch.hpp"  // BwdKernelInfo, BwdLauncher
+#include "flashtile/flashtile.hpp"
+
+namespace flashtile::cuda::sm90 {
+
+// Defined in bwd_launch.cuh; explicitly instantiated once per generated translation unit.
+template <typename T, int kHeadDim>
+cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream);
+
+using sm80::BwdKernelInfo;
+
+// The instantiation for exactly this head dim (the head dim the sm80 table pads the call's to), or launch = null:
+// none in this build (FLASHTILE_CUDA_SM90=OFF, FLASHTILE_CUDA_BACKWARD=OFF, or the head dim / dtype lists left it
+// out), or a head dim the sm90 backward does not cover (above 128: bwd_kernel.cuh). Generated:
+// fwd_sm90_registry.cu (which lists the sm90 forward and backward kernels).
+BwdKernelInfo find_bwd(DType dtype, int head_dim);
+
+// Floats of workspace the sm90 backward's padded LSE and D take, together, before the dQ accumulator: each is
+// batch x heads_q x (seqlen_q rounded up to 64).
+inline int64_t bwd_stats_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q) {
+  return 2 * batch * heads_q * ((seqlen_q + 63) / 64 * 64);
+}
+
+}  // namespace flashtile::cuda::sm90
