@@ -29,7 +29,9 @@ def main(argv):
     shared = [k for k in base if k in cand]
     if not shared:
         sys.exit(f"ab_table: {argv[1]} and {argv[2]} have no shape in common")
-    fields = [f for f in ("fwd_tflops", "bwd_tflops") if all(f in base[k] and f in cand[k] for k in shared)]
+    # A field is shown where any shape has it in both files (a backend may time the backward only at some head
+    # dims); a row without it gets dashes and stays out of that field's means.
+    fields = [f for f in ("fwd_tflops", "bwd_tflops") if any(f in base[k] and f in cand[k] for k in shared)]
     head = "| dtype | D | S | mask |" + "".join(f" base {f[:3]} | cand {f[:3]} | ratio |" for f in fields)
     print(head)
     print("|" + "---|" * head.count(" |"))
@@ -38,6 +40,9 @@ def main(argv):
         dtype, d, s, _, _, _, causal = k
         cells = ""
         for f in fields:
+            if f not in base[k] or f not in cand[k]:
+                cells += " - | - | - |"
+                continue
             r = cand[k][f] / base[k][f]
             ratios[f].setdefault(d, []).append(r)
             cells += f" {base[k][f]:.1f} | {cand[k][f]:.1f} | {r:.3f} |"

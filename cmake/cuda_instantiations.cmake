@@ -70,7 +70,7 @@ function(flashtile_cuda_instantiations out_var)
           flashtile_generated_tu(bwd_sm90_${dt}_hdim${hd} sm90/bwd_launch.cuh sm90
             "launch_bwd<${cpp_type_${dt}}, ${hd}>(const BwdKernelParams&, cudaStream_t)")
           list(APPEND sm90_sources ${file})
-          string(APPEND sm90_bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, kBwdBlockM, BwdTraits<${sm90_type_${dt}}, ${hd}>::kSmemBytes},\n")
+          string(APPEND sm90_bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, BwdTraits<${sm90_type_${dt}}, ${hd}>::kBlockM, BwdTraits<${sm90_type_${dt}}, ${hd}>::kSmemBytes},\n")
         endif()
       endif()
     endforeach()

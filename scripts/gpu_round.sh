@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One round on the GPU machine, everything in one call (device time is scarce):
 #   1. what machine this is (GPU, CPU, versions);
-#   2. the GPU tests, then compute-sanitizer (memcheck, racecheck, initcheck, synccheck) on a small subset;
+#   2. the GPU tests (TEST_RUNS picks suites: default forward-sm80 forward-sm90 backward), then compute-sanitizer
+#      (memcheck, racecheck, initcheck, synccheck) on a small subset;
 #   3. `flashtile run` on the best backend present, verified against the oracle;
 #   4. `flashtile bench --grid C` on all CPU cores (FA2 and FA1 schedules);
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
@@ -75,7 +76,7 @@ fi
 
 if want tests; then  # the forward families in separate processes: a crash in one cannot poison the other's context
   echo "== GPU tests"
-  for run in forward-sm80 forward-sm90 backward; do  # <binary>[-<family>]
+  for run in ${TEST_RUNS:-forward-sm80 forward-sm90 backward}; do  # <binary>[-<family>]
     family=${run#*-}
     [ "$family" = "$run" ] && family=""
     timeout 240 "build-device/cuda_${run%%-*}_test" --gtest_brief=1 --gtest_filter="*${family}" 2>&1 |

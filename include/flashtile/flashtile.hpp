@@ -104,7 +104,7 @@ Status select_forward_backend(const ForwardParams& params, Backend* chosen);
 Status select_backward_backend(const BackwardParams& params, Backend* chosen);
 
 // Bytes of caller-provided workspace a backward call needs (0 for the CPU backends). On CUDA: 8 bytes per query
-// row, the rows of each (batch, head) rounded up to a multiple of 64 (D = rowsum(dO * O) and the LSE, as the sm90
+// row, the rows of each (batch, head) rounded up to a multiple of 128 (D = rowsum(dO * O) and the LSE, as the sm90
 // kernels lay them out; the same size for either kernel family), plus, unless deterministic, the fp32 dQ
 // accumulator (4 * head_dim bytes per row).
 Status backward_workspace_size(const BackwardParams& params, size_t* bytes);

@@ -274,10 +274,13 @@ TEST_F(CudaBackwardSm90, HeadDimsAndSeqlens) {
   p.options.causal = true;
   p.options.softcap = 15.0f;
   expect_pass(p, seed++, Backend::kCudaSm90);
-  // Several steps per head from a first row above 0 (causal, Sq > Sk), walking a group of two heads.
-  p = make_problem(1, 400, 200, 4, 2, 128, DType::kBFloat16);
-  p.options.causal = true;
-  expect_pass(p, seed++, Backend::kCudaSm90);
+  // Several steps per head from a first row above 0 (causal, Sq > Sk), walking a group of two heads, with steps
+  // of 64 rows (D = 128) and of 128 (D = 64, whose last step's second dQ box lies past the sequence's end).
+  for (int64_t d : {128, 64}) {
+    p = make_problem(1, 400, 200, 4, 2, d, DType::kBFloat16);
+    p.options.causal = true;
+    expect_pass(p, seed++, Backend::kCudaSm90);
+  }
 }
 
 TEST_F(CudaBackwardSm90, MasksGqaSoftcapLayouts) {
@@ -288,7 +291,7 @@ TEST_F(CudaBackwardSm90, MasksGqaSoftcapLayouts) {
   };
   const MaskCase masks[] = {{true, -1, -1, 0}, {false, 32, -1, 0}, {false, -1, 7, 0},
                             {false, 20, 5, 0}, {false, -1, -1, 30}, {true, -1, -1, 5}};
-  const int64_t head_dims[] = {128, 64, 96};  // dQ split by columns (128) and by keys (64, 96)
+  const int64_t head_dims[] = {128, 64, 96};  // dQ split by columns (128), by rows (64) and by keys (96)
   uint64_t seed = 18500;
   int mask_index = 0;
   for (const MaskCase& m : masks)
@@ -348,7 +351,7 @@ TEST_F(CudaBackwardSm90, DeterministicMode) {
   }
 }
 
-// The workspace the sm90 kernels need (D and the LSE padded to 64 rows a head, then the dQ accumulator) is what
+// The workspace the sm90 kernels need (D and the LSE padded to 128 rows a head, then the dQ accumulator) is what
 // backward_workspace_size reports for them; with a workspace of that size dK and dV equal a call that allocates
 // its own, and dQ differs at most by the order of its adds.
 TEST_F(CudaBackwardSm90, CallerWorkspaceOfTheReportedSize) {

@@ -1,21 +1,22 @@
 // The sm90 backward (H100, H200): FlashAttention-2's five tile products on Hopper's machinery. Three kernels per
 // call (bwd_launch.cuh):
 //   1. bwd_prep_kernel: per query row, D = rowsum(dO * O) and the LSE in log2 units, into workspace rows padded
-//      to a multiple of 64 per head, so the main kernel copies a step's 64 of each with one bulk copy;
+//      to a multiple of kBwdStatsRowAlign (128) per head, so the main kernel copies a step's rows of each with one
+//      bulk copy;
 //   2. bwd_kernel: one CTA per (block of 128 keys, batch, K/V head), walking the group's query heads and the
-//      blocks of 64 query rows that see its keys (a step):
+//      blocks of kBlockM query rows (128 at D = 64, 64 above) that see its keys (a step):
 //      - warpgroup 0 is the producer: it gives its registers away (setmaxnreg), and one thread loads K and V
 //        once, then each step's Q and dO (TMA) and LSE and D (bulk copies) into a two-deep ring of buffers
 //        (mbarriers: full when the bytes have landed, empty when both consumers are done with them);
 //      - warpgroups 1 and 2 are consumers, 64 keys each, meeting only at named barriers:
-//          S_w = Q K_w^T, dP_w = dO V_w^T   (64 queries x 64 keys; P_w from S_w while dP_w still runs)
+//          S_w = Q K_w^T, dP_w = dO V_w^T   (kBlockM queries x 64 keys; P_w from S_w while dP_w still runs)
 //          P_w, dS_w -> shared memory       (dS without the softmax scale, which dK and dQ get once at the end)
 //          dV_w += P_w^T dO, dK_w += dS_w^T Q  (64 keys x kHeadDim, A and B as transposed shared views)
-//          dQ part: at D = 128, dQ[:, w half] = dS K (64 queries x 64 columns over all 128 keys, which needs both
-//          consumers' dS); below, dQ += dS_w K_w (64 queries x kHeadDim over the consumer's own 64 keys: the
-//          consumers never wait for each other, but a 32- or 48-column half of K's transposed view would start
-//          inside a swizzle atom, which a wgmma operand cannot, and at D = 128 the full width would not fit in
-//          the registers)
+//          dQ part, a 64-row box (DqSplit): at D = 128, dQ[:, w half] = dS K (64 columns over all 128 keys, which
+//          needs both consumers' dS); at D = 64, dQ[w rows] = dS[w rows] K (every column, all 128 keys: both
+//          consumers' dS again); at D = 96, dQ += dS_w K_w (every column over the consumer's own 64 keys: the
+//          consumers never wait for each other, but a 48-column half of K's transposed view would start inside a
+//          swizzle atom, which a wgmma operand cannot)
 //        dQ's part goes to shared memory (swizzled, two buffers) and one thread adds it to the accumulator in
 //        global memory by TMA reduce-add: no atomics on the consumers, one instruction per step;
 //      - dK (times the scale) and dV are stored from registers at the end;
@@ -24,9 +25,9 @@
 // another CTA's output), and the sm80 dQ kernel instead of 3 (one CTA per query block recomputes S and dP), as
 // the sm80 backward does.
 // The development history of this schedule and what each piece bought: docs/perf-log.md (sm90 backward).
-// Registers per consumer thread: dK and dV (64 x kHeadDim each: kHeadDim / 2 floats each), S and dP (32 each),
-// dQ (kHeadDim / 4 at D = 128, kHeadDim / 2 below): 224 at D = 128 within setmaxnreg's 240, so head dims above
-// 128 use the sm80 kernels.
+// Registers per consumer thread: dK and dV (64 x kHeadDim each: kHeadDim / 2 floats each), S and dP (kBlockM / 2
+// each), dQ (DqCols / 2): 224 at D = 64 and 128, 208 at 96, within setmaxnreg's 240, so head dims above 128 use
+// the sm80 kernels.
 #pragma once
 
 #include <cute/tensor.hpp>  // first: the atom headers below expect it
@@ -45,34 +46,42 @@
 #include "backends/cuda/bwd_kernel_params.hpp"
 #include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm80/bwd_kernels.cuh"  // grad_score, lse_log2, pack2, bwd_dq_convert_kernel
+#include "backends/cuda/sm90/bwd_launch.hpp"    // kBwdStatsRowAlign, bwd_padded_rows
 
 namespace flashtile::cuda::sm90 {
 
-// Query rows per step, and per padded workspace block of the LSE and D.
-constexpr int kBwdBlockM = 64;
-
-// Workspace rows per (batch, head) of the padded LSE and D: seqlen_q rounded up to a step.
-inline __host__ __device__ int64_t bwd_padded_rows(int seqlen_q) {
-  return (static_cast<int64_t>(seqlen_q) + kBwdBlockM - 1) / kBwdBlockM * kBwdBlockM;
-}
+// How the two consumers share a step's dQ (BwdTraits::kDqSplit): each computes one 64 x DqCols box of it, over
+// the keys DqKeys.
+enum class DqSplit {
+  kByColumns,  // D = 128: the step's 64 rows, half the columns each, over all 128 keys (both consumers' dS)
+  kByKeys,     // D = 96: the step's 64 rows, every column, over the consumer's own 64 keys (both add into one box)
+  kByRows,     // D = 64: 64 of the step's 128 rows each, every column, over all 128 keys (both consumers' dS)
+};
 
 // Everything one (dtype, head dim) instantiation is made of. T is cutlass::bfloat16_t or cutlass::half_t.
 template <typename T, int kHeadDim_>
 struct BwdTraits {
   using Element = T;
   using CudaT = std::conditional_t<std::is_same_v<T, cutlass::bfloat16_t>, __nv_bfloat16, __half>;
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kBlockM = kBwdBlockM, kStages = 2;
+  static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kStages = 2;
   static constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1);
   static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128, "the registers hold head dims up to 128");
-  // dQ split by keys (each consumer over its own 64) below D = 128, by columns at 128 (the top of this file).
-  static constexpr bool kDqByKeys = kHeadDim < 128;
+  // The dQ split, and the query rows of a step: 128 at D = 64, whose products are half as deep as D = 128's, so
+  // that a step's fixed costs (barriers, the dQ hand-off, the loads' waits) are spread over twice the work;
+  // 64 above (the registers: the top of this file).
+  static constexpr DqSplit kDqSplit = kHeadDim == 64    ? DqSplit::kByRows
+                                      : kHeadDim == 128 ? DqSplit::kByColumns
+                                                        : DqSplit::kByKeys;
+  static constexpr int kBlockM = kDqSplit == DqSplit::kByRows ? 128 : 64;
+  static_assert(kBlockM <= kBwdStatsRowAlign, "a step's LSE and D rows lie inside a head's padded rows");
 
   using M = cute::Int<kBlockM>;
   using N = cute::Int<kBlockN>;
   using D = cute::Int<kHeadDim>;
   using HalfN = cute::Int<kBlockN / 2>;    // a consumer's keys
-  using DqCols = cute::Int<kDqByKeys ? kHeadDim : kHeadDim / 2>;  // a consumer's dQ part: columns, and the keys
-  using DqKeys = cute::Int<kDqByKeys ? kBlockN / 2 : kBlockN>;       // it sums over
+  // A consumer's dQ box: 64 rows, DqCols columns, summed over DqKeys keys.
+  using DqCols = cute::Int<kDqSplit == DqSplit::kByColumns ? kHeadDim / 2 : kHeadDim>;
+  using DqKeys = cute::Int<kDqSplit == DqSplit::kByKeys ? kBlockN / 2 : kBlockN>;
   // Rows of the head dim swizzled by 128 bytes (64 columns), or 64 at D = 96; P and dS's (128 keys) by 128.
   using RowAtom = std::conditional_t<kHeadDim % 64 == 0, cute::GMMA::Layout_K_SW128_Atom<T>,
                                      cute::GMMA::Layout_K_SW64_Atom<T>>;
@@ -91,8 +100,8 @@ struct BwdTraits {
   // A consumer's dQ part, fp32, in 32-column blocks swizzled by 128 bytes, so that a warp's float2 stores of an
   // accumulator hit each bank once per 128 bytes; the TMA adds it as one box per column block.
   using DqAtom = cute::GMMA::Layout_K_SW128_Atom<float>;
-  using SmemLayoutDq = decltype(cute::tile_to_shape(DqAtom{}, cute::Shape<M, DqCols>{}));
-  using SmemLayoutDqBuffers = decltype(cute::tile_to_shape(DqAtom{}, cute::Shape<M, DqCols, cute::_2>{}));
+  using SmemLayoutDq = decltype(cute::tile_to_shape(DqAtom{}, cute::Shape<cute::_64, DqCols>{}));
+  using SmemLayoutDqBuffers = decltype(cute::tile_to_shape(DqAtom{}, cute::Shape<cute::_64, DqCols, cute::_2>{}));
 
   // One consumer's products.
   using MmaSdP = decltype(cute::make_tiled_mma(
@@ -218,8 +227,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   using D = typename Traits::D;
   using HalfN = typename Traits::HalfN;
   using DqCols = typename Traits::DqCols;
-  // The consumers wait for each other only where dQ reads both one's dS (dQ split by columns).
-  constexpr bool kSharedDs = kAccumulateDq && !Traits::kDqByKeys;
+  // The consumers wait for each other only where dQ reads both one's dS (split by columns or by rows).
+  constexpr DqSplit kDqSplit = Traits::kDqSplit;
+  constexpr bool kSharedDs = kAccumulateDq && kDqSplit != DqSplit::kByKeys;
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
@@ -315,27 +325,34 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto sdS_w = local_tile(sdS, Shape<M, HalfN>{}, make_coord(0, w));
   auto sPt_w = local_tile(sPt, Shape<HalfN, M>{}, make_coord(w, 0));
   auto sdSt_w = local_tile(sdSt, Shape<HalfN, M>{}, make_coord(w, 0));
-  // dQ's operands: dS and K's transposed view, both consumers' keys and this consumer's columns, or this
-  // consumer's keys and every column.
+  // dQ's operands (DqSplit): dS (64 queries x DqKeys) and K's transposed view (DqCols x DqKeys).
   auto sdS_dq = [&] {
-    if constexpr (Traits::kDqByKeys) return sdS_w; else return sdS;
+    if constexpr (kDqSplit == DqSplit::kByKeys) return sdS_w;
+    else if constexpr (kDqSplit == DqSplit::kByRows) return local_tile(sdS, Shape<_64, N>{}, make_coord(w, 0));
+    else return sdS;
   }();
   auto sKt_dq = [&] {
-    if constexpr (Traits::kDqByKeys) return local_tile(sKt, Shape<D, HalfN>{}, make_coord(0, w));
+    if constexpr (kDqSplit == DqSplit::kByKeys) return local_tile(sKt, Shape<D, HalfN>{}, make_coord(0, w));
+    else if constexpr (kDqSplit == DqSplit::kByRows) return sKt;
     else return local_tile(sKt, Shape<DqCols, N>{}, make_coord(w, 0));
   }();
-  auto sdQ = make_tensor(make_smem_ptr(smem.dq[w]), typename Traits::SmemLayoutDqBuffers{});  // (M, DqCols, buffer)
+  // The box of dQ this consumer adds, in 64-row and DqCols-column units of the head's dQ.
+  const int dq_row_box = kDqSplit == DqSplit::kByRows ? w : 0, dq_col_box = kDqSplit == DqSplit::kByColumns ? w : 0;
+  auto sdQ = make_tensor(make_smem_ptr(smem.dq[w]), typename Traits::SmemLayoutDqBuffers{});  // (64, DqCols, buffer)
 
-  auto tSrS = partition_fragment_C(mma_sdp, Shape<_64, HalfN>{});
-  auto tSrdP = partition_fragment_C(mma_sdp, Shape<_64, HalfN>{});
+  // dK and dV live through the loop; S, dP and dQ are declared in it, so that the registers of one step's S and dP
+  // are free for its dQ and the next step's S (a wgmma's accumulator is an asm read-write operand: declared out
+  // here they would stay live across steps).
   auto tVrdV = partition_fragment_C(mma_kv, Shape<_64, D>{});
   auto tKrdK = partition_fragment_C(mma_kv, Shape<_64, D>{});
-  auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
   clear(tVrdV);
   clear(tKrdK);
-  // Element e of S, dP (and P, dS) sits at tScS(e) within (64 queries, this consumer's 64 keys): a thread holds
-  // rows r and r + 8 ((e / 2) % 2 says which), columns 2t and 2t + 1 of each 8-key block (e and e + 1).
-  auto tScS = thr_sdp.partition_C(make_identity_tensor(Shape<_64, HalfN>{}));
+  // Element e of S, dP (and P, dS) sits at tScS(e) within (kBlockM queries, this consumer's 64 keys): in each
+  // 64-row block m = e / kPerBlock a thread holds rows r and r + 8 ((e / 2) % 2 says which), columns 2t and 2t + 1
+  // of each 8-key block (e and e + 1); row_slot(e) numbers its 2 * kBlockM / 64 rows.
+  auto tScS = thr_sdp.partition_C(make_identity_tensor(Shape<M, HalfN>{}));
+  constexpr int kPerBlock = decltype(size<0>(tScS))::value, kRowSlots = 2 * kBlockM / 64;
+  auto row_slot = [](int e) { return (e / 2) % 2 + 2 * (e / kPerBlock); };
   auto tSsP = thr_sdp.partition_C(sP_w);
   auto tSsdS = thr_sdp.partition_C(sdS_w);
   auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, DqCols>{}));
@@ -349,14 +366,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     FullBarrier::wait(&smem.full[s], (i / kStages) % 2);
     auto sQt = make_tensor(sQ(_, _, s).data(), typename Traits::SmemLayoutQt{});
     auto sdOt = make_tensor(sdO(_, _, s).data(), typename Traits::SmemLayoutQt{});
+    auto tSrS = partition_fragment_C(mma_sdp, Shape<M, HalfN>{});  // (MMA, kBlockM / 64, 1)
+    auto tSrdP = partition_fragment_C(mma_sdp, Shape<M, HalfN>{});
     issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sQ(_, _, s)), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
     issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sdO(_, _, s)), thr_sdp.partition_fragment_B(sV_w), tSrdP, false);
-    float lse2[2], delta[2];  // this thread's two rows
+    float lse2[kRowSlots], delta[kRowSlots];  // this thread's rows
     CUTE_UNROLL
-    for (int hr = 0; hr < 2; ++hr) {
-      const int r = get<0>(tScS(2 * hr));
-      lse2[hr] = smem.lse2[s][r];
-      delta[hr] = smem.delta[s][r];
+    for (int slot = 0; slot < kRowSlots; ++slot) {
+      const int r = get<0>(tScS(2 * (slot % 2) + kPerBlock * (slot / 2)));
+      lse2[slot] = smem.lse2[s][r];
+      delta[slot] = smem.delta[s][r];
     }
     const int last_query = min(row0 + kBlockM, f.seqlen_q) - 1;
     const bool full_tile = last_query + f.key_offset - f.window_left <= key_w0 &&
@@ -380,7 +399,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
                                key <= query + f.key_offset + f.window_right;
           x = visible ? x : -INFINITY;
         }
-        tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -lse2[(e / 2) % 2]));
+        tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)]));
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrdP);
@@ -392,7 +411,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       if (!kAccumulateDq && i > 0) named_sync(1 + w, 128);
       CUTE_UNROLL
       for (int e = 0; e < size(tSrS); e += 2) {
-        const int hr = (e / 2) % 2;
+        const int hr = row_slot(e);
         float prob[2], ds[2];
         CUTE_UNROLL
         for (int j = 0; j < 2; ++j) {
@@ -418,6 +437,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     issue_mma(mma_kv, thr_kv.partition_fragment_A(sPt_w), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
     issue_mma(mma_kv, thr_kv.partition_fragment_A(sdSt_w), thr_kv.partition_fragment_B(sQt), tKrdK, true);
     if (kSharedDs) named_sync(kDsBarrier, 2 * 128);  // and the other's dS, which dQ reads too
+    auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
     if (kAccumulateDq)
       issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
     warpgroup_wait<0>();
@@ -430,7 +450,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
 
     if constexpr (kAccumulateDq) {
       // dQ into this step's buffer, then added by TMA (rows past the sequence end and columns past the head dim
-      // are clipped by the descriptor; split by keys, both consumers add into the same box).
+      // are clipped by the descriptor; split by keys, both consumers add into the same box). A box wholly past
+      // the sequence's end (split by rows, the last step's second half) is not issued, but its group is still
+      // committed, so that the wait above keeps counting one group per step.
       const int dq_buf = i % 2;
       CUTE_UNROLL
       for (int e = 0; e < size(tQrdQ); e += 2) {  // st.shared: a plain store through the layout goes generic
@@ -441,11 +463,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       cutlass::arch::fence_view_async_shared();  // the TMA reads through the async proxy
       named_sync(1 + w, 128);
       if (tid == 0) {
-        auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(dq_shape)(_, _, h, b), Shape<M, DqCols>{},
-                              make_coord(row0 / kBlockM, Traits::kDqByKeys ? 0 : w));
-        auto [tdQg, tdQs] = tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdQ(_, _, dq_buf)),
-                                          group_modes<0, 2>(gdQ));
-        copy(prm.tma_dq, tdQs, tdQg);
+        const int box_row0 = row0 + 64 * dq_row_box;
+        if (box_row0 < f.seqlen_q) {
+          auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(dq_shape)(_, _, h, b), Shape<_64, DqCols>{},
+                                make_coord(box_row0 / 64, dq_col_box));
+          auto [tdQg, tdQs] = tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{},
+                                            group_modes<0, 2>(sdQ(_, _, dq_buf)), group_modes<0, 2>(gdQ));
+          copy(prm.tma_dq, tdQs, tdQg);
+        }
         tma_store_arrive();
       }
     }

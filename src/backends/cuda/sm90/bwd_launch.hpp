@@ -3,6 +3,8 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+
 #include "backends/cuda/bwd_kernel_params.hpp"
 #include "backends/cuda/sm80/fwd_launch.hpp"  // BwdKernelInfo, BwdLauncher
 #include "flashtile/flashtile.hpp"
@@ -21,10 +23,18 @@ using sm80::BwdKernelInfo;
 // fwd_sm90_registry.cu (which lists the sm90 forward and backward kernels).
 BwdKernelInfo find_bwd(DType dtype, int head_dim);
 
-// Floats of workspace the sm90 backward's padded LSE and D take, together, before the dQ accumulator: each is
-// batch x heads_q x (seqlen_q rounded up to 64).
+// The sm90 backward's LSE and D (bwd_prep_kernel) lie in the workspace as rows padded to a multiple of this per
+// (batch, head), so that a step's rows of each (64 or 128, from a multiple of its own count) are one bulk copy.
+constexpr int kBwdStatsRowAlign = 128;
+
+// Workspace rows per (batch, head) of the padded LSE and D.
+inline __host__ __device__ int64_t bwd_padded_rows(int64_t seqlen_q) {
+  return (seqlen_q + kBwdStatsRowAlign - 1) / kBwdStatsRowAlign * kBwdStatsRowAlign;
+}
+
+// Floats of workspace the padded LSE and D take, together, before the dQ accumulator.
 inline int64_t bwd_stats_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q) {
-  return 2 * batch * heads_q * ((seqlen_q + 63) / 64 * 64);
+  return 2 * batch * heads_q * bwd_padded_rows(seqlen_q);
 }
 
 }  // namespace flashtile::cuda::sm90
