@@ -151,15 +151,25 @@ torch.cuda.synchronize()" > "$out/ncu-bwd-fa2.txt" 2>&1 || status=1
 fi
 
 if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backward, B=8 H=16 S=2048 D=128 full
+  # PROFILE_CANDS=name,... also profiles those candidate libraries (.device/cand-<name>, scripts/candidate_lib.sh)
+  # into ncu-bwd-sm90-<name>.txt, to set beside this tree's; PROFILE_CUDNN=0 leaves cuDNN out.
   echo "== ncu: flashtile sm90 backward (bwd_kernel) and cuDNN's backward kernels, B=8 H=16 S=2048 D=128 bf16 full"
-  timeout 200 ncu --set full --import-source yes --launch-skip 1 --launch-count 1 -k regex:^bwd_kernel \
-    -o "$out/ncu-bwd-sm90" $bin run -b 8 -s 2048 --heads 16 --head-dim 128 --no-causal --backend cuda-sm90 \
-    --backward -r 2 --verify-rows 2 > /dev/null 2>&1 || status=1
-  ncu --import "$out/ncu-bwd-sm90.ncu-rep" --print-details all > "$out/ncu-bwd-sm90.txt" 2>&1
+  profile_bwd90() {  # <report name> [library directory]: the second launch of bwd_kernel, all sections
+    LD_LIBRARY_PATH=${2:+$2:}$LD_LIBRARY_PATH timeout 200 ncu --set full --import-source yes --launch-skip 1 \
+      --launch-count 1 -k regex:^bwd_kernel -o "$out/$1" $bin run -b 8 -s 2048 --heads 16 --head-dim 128 --no-causal \
+      --backend cuda-sm90 --backward -r 2 --verify-rows 2 > /dev/null 2>&1 || status=1
+    ncu --import "$out/$1.ncu-rep" --print-details all > "$out/$1.txt" 2>&1
+  }
+  profile_bwd90 ncu-bwd-sm90
   ncu --import "$out/ncu-bwd-sm90.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 > "$out/ncu-bwd-sm90-sass.csv.xz"
-  rm -f "$out/ncu-bwd-sm90.ncu-rep"
-  # cuDNN's kernels of one forward and backward, after warm-up (the profiler range is that one step)
-  timeout 240 ncu --set full --profile-from-start off --print-details all python3 -c "
+  for name in ${PROFILE_CANDS//,/ }; do
+    unpack_lib ".device/cand-$name/libflashtile.so.0.1.0.xz" "/tmp/flashtile-cand-$name"
+    profile_bwd90 "ncu-bwd-sm90-$name" "/tmp/flashtile-cand-$name"
+  done
+  rm -f "$out"/ncu-bwd-sm90*.ncu-rep
+  if [ "${PROFILE_CUDNN:-1}" = 1 ]; then
+    # cuDNN's kernels of one forward and backward, after warm-up (the profiler range is that one step)
+    timeout 240 ncu --set full --profile-from-start off --print-details all python3 -c "
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 q = torch.randn(8, 16, 2048, 128, device='cuda', dtype=torch.bfloat16, requires_grad=True)
@@ -169,8 +179,9 @@ with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()" > "$out/ncu-bwd-cudnn.txt" 2>&1 || status=1
+  fi
   grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Shared Memory Throughput|Block Size|Grid Size|Dynamic Shared" \
-    "$out/ncu-bwd-sm90.txt" "$out/ncu-bwd-cudnn.txt" | cut -c1-200
+    "$out"/ncu-bwd-*.txt | cut -c1-200
 fi
 
 if want install; then  # the wheel from `WHEEL=1 scripts/device_prepare.sh`, installed as a user would, then the suite
