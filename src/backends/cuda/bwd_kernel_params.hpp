@@ -18,10 +18,10 @@ struct BwdKernelParams {
   int heads_kv;
   float scale;   // the softmax scale itself: dS carries it into dQ and dK
   float* delta;     // workspace: D = rowsum(dO * O), (batch, heads_q, seqlen_q) dense; for the sm90 kernels
-                    // (batch, heads_q, seqlen_q rounded up to 64), as lse_log2 (sm90/bwd_kernel.cuh)
+                    // (batch, heads_q, seqlen_q rounded up to 128), as lse_log2 (sm90/bwd_kernel.cuh)
   float* lse_log2;  // workspace, sm90 only: the LSE in log2 units, laid out as delta there
   int64_t delta_head_stride;  // floats from one (batch, head)'s rows of delta to the next: seqlen_q, or for
-                              // the sm90 kernels seqlen_q rounded up to 64
+                              // the sm90 kernels seqlen_q rounded up to 128
   float* dq_accum;  // workspace, default mode: dQ in fp32, (batch, heads_q, seqlen_q, head_dim) dense;
                     // nullptr in deterministic mode
   int smem_limit;   // bytes of shared memory a block may use on this device (the launcher picks a row that fits)

@@ -281,6 +281,12 @@ TEST_F(CudaBackwardSm90, HeadDimsAndSeqlens) {
     p.options.causal = true;
     expect_pass(p, seed++, Backend::kCudaSm90);
   }
+  // A sliding window over many 128-row steps at D = 64: the rows of a step past the window's last one (row_end)
+  // go through the masked path with their keys hidden.
+  p = make_problem(2, 600, 600, 2, 1, 64, DType::kFloat16);
+  p.options.window_left = 100;
+  p.options.window_right = 30;
+  expect_pass(p, seed++, Backend::kCudaSm90);
 }
 
 TEST_F(CudaBackwardSm90, MasksGqaSoftcapLayouts) {

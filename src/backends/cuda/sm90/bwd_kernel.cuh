@@ -73,7 +73,7 @@ struct BwdTraits {
                                       : kHeadDim == 128 ? DqSplit::kByColumns
                                                         : DqSplit::kByKeys;
   static constexpr int kBlockM = kDqSplit == DqSplit::kByRows ? 128 : 64;
-  static_assert(kBlockM <= kBwdStatsRowAlign, "a step's LSE and D rows lie inside a head's padded rows");
+  static_assert(kBwdStatsRowAlign % kBlockM == 0, "a step's LSE and D rows lie inside a head's padded rows");
 
   using M = cute::Int<kBlockM>;
   using N = cute::Int<kBlockN>;
@@ -147,6 +147,8 @@ struct BwdTraits {
     uint64_t kv_full, full[kStages], empty[kStages];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
+  // D = 64 fills the 227 KB exactly (two stages of 128-row Q and dO, 128 x 128 P and dS, two dQ buffers a
+  // consumer): a member added here needs one taken away there.
   static_assert(kSmemBytes <= 227 * 1024, "an sm90 block has at most 227 KB of shared memory");
   static constexpr uint32_t kKvBytes = 2 * kBlockN * kHeadDim * sizeof(T);
   static constexpr uint32_t kStepBytes = 2 * kBlockM * kHeadDim * sizeof(T) + 2 * kBlockM * sizeof(float);
@@ -208,9 +210,10 @@ __device__ void issue_mma(Mma& mma, const FragA& a, const FragB& b, Acc& acc, bo
   cute::warpgroup_commit_batch();
 }
 
-// Named barriers (0 is __syncthreads): 1 + w for consumer w's own threads; with dQ split by columns (D = 128),
-// kDsBarrier when both consumers' dS are in shared memory, and kStepBarrier + w when consumer w may overwrite its
-// P and dS (it waits there; the other consumer arrives once its dQ product of the step before has read them).
+// Named barriers (0 is __syncthreads): 1 + w for consumer w's own threads; where dQ reads both consumers' dS (split
+// by columns or by rows), kDsBarrier when both consumers' dS are in shared memory, and kStepBarrier + w when
+// consumer w may overwrite its P and dS (it waits there; the other consumer arrives once its dQ product of the
+// step before has read them).
 constexpr int kDsBarrier = 3, kStepBarrier = 4;
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
@@ -404,9 +407,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrdP);
       // P and dS are rewritten once every warp of the consumer is past the previous step's products that read
-      // them (a warp's wgmma wait covers its own share only): with dQ split by columns the step barrier says so
-      // for both consumers; with dQ split by keys the dQ hand-off's barrier did, after the wait; without dQ
-      // (deterministic) a barrier of the consumer's own here.
+      // them (a warp's wgmma wait covers its own share only): with dQ split by columns or rows the step barrier
+      // says so for both consumers; with dQ split by keys the dQ hand-off's barrier did, after the wait; without
+      // dQ (deterministic) a barrier of the consumer's own here.
       if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
       if (!kAccumulateDq && i > 0) named_sync(1 + w, 128);
       CUTE_UNROLL
