@@ -268,8 +268,8 @@ Status select_sm90_backward(const BackwardParams& params, const Problem& p, cons
   *kernel = sm90::find_bwd(p.dtype, kernel->head_dim);
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
-                       ": this build has no sm90 backward for it (it covers head dims up to 128, in builds "
-                       "configured with -DFLASHTILE_CUDA_SM90=ON and 90a in FLASHTILE_CUDA_ARCHS)");
+                       ": this build has no sm90 backward for it (builds configured with -DFLASHTILE_CUDA_SM90=ON "
+                       "and 90a in FLASHTILE_CUDA_ARCHS have one for each head dim in FLASHTILE_CUDA_HEAD_DIMS)");
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
