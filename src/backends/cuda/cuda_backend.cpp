@@ -254,8 +254,8 @@ Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdK
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
-// The sm90 backward (wgmma, TMA; sm90/bwd_kernel.cuh): Hopper devices, builds with FLASHTILE_CUDA_SM90, and the
-// head dims it covers; the sm80 kernels take the rest under auto.
+// The sm90 backward (wgmma, TMA; sm90/bwd_kernel.cuh): Hopper devices, builds with FLASHTILE_CUDA_SM90 and the
+// call's head dim; the sm80 kernels take the rest under auto.
 Status select_sm90_backward(const BackwardParams& params, const Problem& p, const DeviceInfo& prop,
                             sm80::BwdKernelInfo* kernel) {
   if (Status s = select_sm80_backward(p, prop, kernel); !s.ok()) return s;  // the head dim it pads to

@@ -210,7 +210,7 @@ TEST_F(CudaBackward, SmallSharedMemoryRows) {
   EXPECT_NE(r.error.find("shared memory"), std::string::npos) << r.error;
 }
 
-// The sm90 backward by name (cuda-sm90: head dims up to 128, both modes); skipped on a build without it or
+// The sm90 backward by name (cuda-sm90: every head dim, both modes); skipped on a build without it or
 // a GPU that is not sm_90.
 class CudaBackwardSm90 : public CudaBackward {
  protected:
@@ -279,7 +279,7 @@ TEST_F(CudaBackwardSm90, HeadDimsAndSeqlens) {
   expect_pass(p, seed++, Backend::kCudaSm90);
   // Several steps per head from a first row above 0 (causal, Sq > Sk), walking a group of two heads, with steps
   // of 64 rows (D = 128) and of 128 (D = 64, whose last step's second dQ box lies past the sequence's end).
-  for (int64_t d : {128, 64}) {
+  for (int64_t d : {128, 64, 192, 256}) {
     p = make_problem(1, 400, 200, 4, 2, d, DType::kBFloat16);
     p.options.causal = true;
     expect_pass(p, seed++, Backend::kCudaSm90);
@@ -331,6 +331,14 @@ TEST_F(CudaBackwardSm90, RowsAndKeysNobodySeesAndEmptySequences) {
   expect_pass(p, 19001, Backend::kCudaSm90);
   expect_pass(make_problem(2, 0, 33, 2, 2, 128, DType::kBFloat16), 19002, Backend::kCudaSm90);
   expect_pass(make_problem(2, 33, 0, 2, 2, 128, DType::kFloat16), 19003, Backend::kCudaSm90);
+  // The wide kernels (dQ staged in the Q and dO buffers) under the same masks: this test is the sanitizers' subset.
+  p = make_problem(1, 300, 40, 2, 1, 192, DType::kBFloat16);
+  p.options.causal = true;
+  expect_pass(p, 19004, Backend::kCudaSm90);
+  p = make_problem(1, 40, 300, 2, 2, 256, DType::kFloat16);
+  p.options.window_left = 3;
+  p.options.window_right = 0;
+  expect_pass(p, 19005, Backend::kCudaSm90);
 }
 
 // The deterministic mode (the dK/dV kernel without dQ, then the sm80 dQ kernel on the padded D) against the

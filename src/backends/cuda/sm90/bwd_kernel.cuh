@@ -330,7 +330,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   }
 
   cutlass::arch::warpgroup_reg_alloc<240>();
-  const int w = warpgroup - 1;  // this consumer's keys: w * 64 .. w * 64 + 63 of the CTA's
+  const int w = warpgroup - 1;  // this consumer's keys: the CTA's w-th half (kBlockN / 2 keys)
   auto sP = make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutP{});
   auto sdS = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutP{});
   auto sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});
@@ -371,7 +371,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto tKrdK = partition_fragment_C(mma_kv, typename Traits::DkvShape{});
   clear(tVrdV);
   clear(tKrdK);
-  // Element e of S, dP (and P, dS) sits at tScS(e) within (kBlockM queries, this consumer's 64 keys): in each
+  // Element e of S, dP (and P, dS) sits at tScS(e) within (kBlockM queries, this consumer's keys): in each
   // 64-row block m = e / kPerBlock a thread holds rows r and r + 8 ((e / 2) % 2 says which), columns 2t and 2t + 1
   // of each 8-key block (e and e + 1); row_slot(e) numbers its 2 * kBlockM / 64 rows.
   auto tScS = thr_sdp.partition_C(make_identity_tensor(Shape<M, HalfN>{}));
