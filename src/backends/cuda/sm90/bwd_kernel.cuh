@@ -411,6 +411,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     // until the step barrier.
     auto grads = [&](auto masked) {
       constexpr bool kMasked = decltype(masked)::value;
+      // Query q sees keys [q + key_offset - window_left, min(q + key_offset + window_right, seqlen_k - 1)]; for
+      // each of this thread's rows that interval is taken relative to the thread's first column, so an element
+      // costs two compares against a constant offset (absolute coordinates per element cost more instructions
+      // and, at D = 64, registers).
+      int lo[kRowSlots], hi[kRowSlots];
+      if (kMasked) {
+        const int key_first = key_w0 + get<1>(tScS(0));
+        CUTE_UNROLL
+        for (int slot = 0; slot < kRowSlots; ++slot) {
+          const int query = row0 + get<0>(tScS(2 * (slot % 2) + kPerBlock * (slot / 2)));
+          lo[slot] = query + f.key_offset - f.window_left - key_first;
+          hi[slot] = min(query + f.key_offset + f.window_right, f.seqlen_k - 1) - key_first;
+        }
+      }
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
       CUTE_UNROLL
@@ -418,10 +432,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         float x = tSrS(e);
         if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
         if (kMasked) {
-          const int query = row0 + get<0>(tScS(e)), key = key_w0 + get<1>(tScS(e));
-          const bool visible = key < f.seqlen_k && key >= query + f.key_offset - f.window_left &&
-                               key <= query + f.key_offset + f.window_right;
-          x = visible ? x : -INFINITY;
+          const int dc = get<1>(tScS(e)) - get<1>(tScS(0)), slot = row_slot(e);
+          x = dc >= lo[slot] && dc <= hi[slot] ? x : -INFINITY;
         }
         tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)]));
       }
