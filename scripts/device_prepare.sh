@@ -11,8 +11,8 @@
 # build-device/cuda_backward_test, build-device/sm80_fwd_tiles, build-device/sm90_fwd_wgmma,
 # .device] and run
 # scripts/gpu_round.sh.
-# WHEEL=0 skips the wheel (its own incremental build in build-wheel/). SM90=OFF leaves the sm90 forward out (auto
-# then runs the sm80 kernel on the H200).
+# WHEEL=0 skips the wheel (its own incremental build in build-wheel/). SM90=OFF leaves the sm90 kernels out (auto
+# then runs the sm80 kernels on the H200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # The options (scripts/device_options.sh) also fetch CuTe for the sm90 kernels and the Hopper harnesses: the pinned
@@ -23,7 +23,8 @@ scripts/setup.sh build-device "${device_cmake_args[@]}" "$@"
 # The GPU test binaries (tests/backends/cuda), linked against the library above.
 for t in forward backward; do
   g++ -std=c++20 -O2 -fopenmp "tests/backends/cuda/${t}_test.cpp" -Isrc -Iinclude -Itests \
-    build-device/libflashtile_verify.a -Lbuild-device -lflashtile -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt -lgtest -lgtest_main -lpthread \
+    build-device/libflashtile_verify.a -Lbuild-device -lflashtile -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt \
+    -lgtest -lgtest_main -lpthread \
     -o "build-device/cuda_${t}_test"
 done
 nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/kernels/sm80_fwd_tiles.cu \

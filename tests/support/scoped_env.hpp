@@ -1,6 +1,6 @@
 // Sets an environment variable for one scope and puts back what was there (the CUDA tests switch auto's kernel
-// family with FLASHTILE_CUDA_FORWARD and FLASHTILE_CUDA_BACKWARD_KERNELS). Header-only: scripts/device_prepare.sh builds
-// the GPU test binaries without the test support library.
+// family with FLASHTILE_CUDA_FORWARD and FLASHTILE_CUDA_BACKWARD_KERNELS). Header-only: scripts/device_prepare.sh
+// builds the GPU test binaries without the test support library.
 #pragma once
 
 #include <cstdlib>

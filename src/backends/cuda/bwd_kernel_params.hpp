@@ -20,8 +20,8 @@ struct BwdKernelParams {
   float* delta;     // workspace: D = rowsum(dO * O), (batch, heads_q, seqlen_q) dense; for the sm90 kernels
                     // (batch, heads_q, seqlen_q rounded up to 128), as lse_log2 (sm90/bwd_kernel.cuh)
   float* lse_log2;  // workspace, sm90 only: the LSE in log2 units, laid out as delta there
-  int64_t delta_head_stride;  // floats from one (batch, head)'s rows of delta to the next: seqlen_q, or for
-                              // the sm90 kernels seqlen_q rounded up to 128
+  int64_t delta_head_stride;  // floats from one (batch, head)'s rows of delta to the next, set by the launcher
+                              // that lays D out: seqlen_q (sm80), or seqlen_q rounded up to 128 (sm90)
   float* dq_accum;  // workspace, default mode: dQ in fp32, (batch, heads_q, seqlen_q, head_dim) dense;
                     // nullptr in deterministic mode
   int smem_limit;   // bytes of shared memory a block may use on this device (the launcher picks a row that fits)

@@ -188,13 +188,18 @@ Status check_tma_strides(const std::vector<Named>& tensors) {
   return {};
 }
 
+// The sm90 kernels (both directions) run on compute capability 9.0 only.
+Status check_hopper(const DeviceInfo& prop) {
+  if (prop.major == 9) return {};
+  return unsupported("backend cuda-sm90: the Hopper kernels need compute capability 9.0 (H100, H200); device " +
+                     prop.name + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
+}
+
 // The sm90 forward (wgmma, TMA): Hopper devices only, and only in builds with FLASHTILE_CUDA_SM90.
 Status select_sm90_forward(const ForwardParams& params, const Problem& p, const DeviceInfo& prop,
                            FwdKernelInfo* kernel) {
   if (Status s = check_cuda_problem(p, prop, "forward"); !s.ok()) return s;
-  if (prop.major != 9)
-    return unsupported("backend cuda-sm90: the Hopper kernels need compute capability 9.0 (H100, H200); device " +
-                       prop.name + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
+  if (Status s = check_hopper(prop); !s.ok()) return s;
   if (Status s = check_tma_strides({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"out", &params.out}});
       !s.ok())
     return s;
@@ -259,9 +264,7 @@ Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdK
 Status select_sm90_backward(const BackwardParams& params, const Problem& p, const DeviceInfo& prop,
                             sm80::BwdKernelInfo* kernel) {
   if (Status s = select_sm80_backward(p, prop, kernel); !s.ok()) return s;  // the head dim it pads to
-  if (prop.major != 9)
-    return unsupported("backend cuda-sm90: the Hopper kernels need compute capability 9.0 (H100, H200); device " +
-                       prop.name + " is " + std::to_string(prop.major) + "." + std::to_string(prop.minor));
+  if (Status s = check_hopper(prop); !s.ok()) return s;
   if (Status s = check_tma_strides({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"dout", &params.dout}});
       !s.ok())
     return s;
@@ -383,7 +386,6 @@ BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& pro
   k.heads_kv = static_cast<int>(problem.heads_kv);
   k.scale = problem.scale;
   k.delta = delta;
-  k.delta_head_stride = problem.seqlen_q;  // dense; the sm90 launcher sets its padded stride
   k.dq_accum = dq_accum;
   k.smem_limit = smem_limit;
   return k;

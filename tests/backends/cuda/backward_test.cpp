@@ -131,28 +131,30 @@ TEST_F(CudaBackward, BitwiseDeterministicOver50Runs) {
   }
 }
 
-// backward_workspace_size() is what the call needs: a caller workspace of exactly that size works in both modes,
-// one float less is refused before anything runs, and the results equal a call that allocates its own.
-TEST_F(CudaBackward, CallerWorkspaceOfTheReportedSize) {
+// backward_workspace_size() is what the call needs on this backend: a caller workspace of exactly that size works
+// in both modes, one float less or an address off 16 bytes is refused before anything runs, and the results equal
+// a call that allocates its own (dQ up to the order of its adds, outside the deterministic mode). The size is D and
+// the LSE, 70 rows padded to 128 a head (room for the sm90 kernels' layout whichever family runs), and unless
+// deterministic the fp32 dQ accumulator.
+void expect_caller_workspace_works(Backend backend, int64_t head_dim, uint64_t seed) {
   for (bool deterministic : {false, true}) {
-    Problem p = make_problem(2, 70, 90, 4, 2, 64, DType::kBFloat16);
+    Problem p = make_problem(2, 70, 90, 4, 2, head_dim, DType::kBFloat16);
     p.deterministic = deterministic;
-    verify::Case c = verify::Case::make(p, 17000, true);
+    verify::Case c = verify::Case::make(p, seed, true);
     verify::DeviceMirror mirror;
     ForwardParams f = c.forward_params(Backend::kAuto);
     f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
     f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
     ASSERT_TRUE(forward(f).ok());
-    BackwardParams b = c.backward_params(Backend::kCudaSm80);
+    BackwardParams b = c.backward_params(backend);
     b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = f.lse, b.dout = mirror.view(c.dout);
     b.dq = mirror.view(c.dq), b.dk = mirror.view(c.dk), b.dv = mirror.view(c.dv);
 
     size_t bytes = 0;
     ASSERT_TRUE(backward_workspace_size(b, &bytes).ok());
-    // D and the LSE, 70 rows padded to 128 a head (room for the sm90 kernels' layout whichever family runs), and
-    // unless deterministic the fp32 dQ accumulator
     const size_t rows = 2 * 4 * 70, stats = 2 * 2 * 4 * 128;
-    EXPECT_EQ(bytes, (stats + (deterministic ? 0 : rows * 64)) * sizeof(float)) << "deterministic " << deterministic;
+    EXPECT_EQ(bytes, (stats + (deterministic ? 0 : rows * head_dim)) * sizeof(float))
+        << "deterministic " << deterministic;
     ASSERT_TRUE(backward(b).ok());  // the library allocates
     std::string error;
     ASSERT_TRUE(mirror.copy_back(&error)) << error;
@@ -183,6 +185,10 @@ TEST_F(CudaBackward, CallerWorkspaceOfTheReportedSize) {
       EXPECT_LE(worst, 0.02 * scale) << "dQ with a caller workspace differs beyond rounding";
     }
   }
+}
+
+TEST_F(CudaBackward, CallerWorkspaceOfTheReportedSize) {
+  expect_caller_workspace_works(Backend::kCudaSm80, 64, 17000);
 }
 
 // The dK/dV rows for GPUs with 99 KB of shared memory per block (consumer Ampere and Ada; bwd_config.hpp), run
@@ -369,41 +375,8 @@ TEST_F(CudaBackwardSm90, DeterministicMode) {
   }
 }
 
-// The workspace the sm90 kernels need (D and the LSE padded to 128 rows a head, then the dQ accumulator) is what
-// backward_workspace_size reports for them; with a workspace of that size dK and dV equal a call that allocates
-// its own, and dQ differs at most by the order of its adds.
 TEST_F(CudaBackwardSm90, CallerWorkspaceOfTheReportedSize) {
-  Problem p = make_problem(2, 70, 90, 4, 2, 128, DType::kBFloat16);
-  verify::Case c = verify::Case::make(p, 19600, true);
-  verify::DeviceMirror mirror;
-  ForwardParams f = c.forward_params(Backend::kCudaSm90);
-  f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
-  f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
-  ASSERT_TRUE(forward(f).ok());
-  BackwardParams b = c.backward_params(Backend::kCudaSm90);
-  b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = f.lse, b.dout = mirror.view(c.dout);
-  b.dq = mirror.view(c.dq), b.dk = mirror.view(c.dk), b.dv = mirror.view(c.dv);
-  size_t bytes = 0;
-  ASSERT_TRUE(backward_workspace_size(b, &bytes).ok());
-  EXPECT_EQ(bytes, (2 * 2 * 4 * 128 + 2 * 4 * 70 * 128) * sizeof(float));  // 70 rows pad to 128
-  ASSERT_TRUE(backward(b).ok());  // the library allocates
-  std::string error;
-  ASSERT_TRUE(mirror.copy_back(&error)) << error;
-  const std::vector<double> dq = c.dq.to_doubles(), dk = c.dk.to_doubles(), dv = c.dv.to_doubles();
-  verify::HostTensor workspace(DType::kFloat32, {static_cast<int64_t>(bytes / sizeof(float))});
-  b.workspace = mirror.view(workspace).data;
-  b.workspace_size = bytes - sizeof(float);
-  EXPECT_EQ(backward(b).code, StatusCode::kInvalidArgument) << "a workspace one float short";
-  b.workspace_size = bytes;
-  ASSERT_TRUE(backward(b).ok());
-  ASSERT_TRUE(mirror.copy_back(&error)) << error;
-  EXPECT_EQ(c.dk.to_doubles(), dk);
-  EXPECT_EQ(c.dv.to_doubles(), dv);
-  const std::vector<double> dq2 = c.dq.to_doubles();
-  double worst = 0, scale = 0;
-  for (size_t i = 0; i < dq.size(); ++i)
-    worst = std::max(worst, std::fabs(dq2[i] - dq[i])), scale = std::max(scale, std::fabs(dq[i]));
-  EXPECT_LE(worst, 0.02 * scale) << "dQ with a caller workspace differs beyond rounding";
+  expect_caller_workspace_works(Backend::kCudaSm90, 128, 19600);
 }
 
 // What auto runs, whatever the GPU: on a Hopper GPU with the sm90 kernels, both sm90 families, and with

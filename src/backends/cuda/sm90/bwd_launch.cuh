@@ -46,24 +46,18 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
                        stream>>>(p);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
-  int64_t q_stride[3], do_stride[3], k_stride[3], v_stride[3];
-  tma_safe_strides(f.q_stride, f.batch, f.seqlen_q, f.heads_q, q_stride);
-  tma_safe_strides(p.dout_stride, f.batch, f.seqlen_q, f.heads_q, do_stride);
-  tma_safe_strides(f.k_stride, f.batch, f.seqlen_k, p.heads_kv, k_stride);
-  tma_safe_strides(f.v_stride, f.batch, f.seqlen_k, p.heads_kv, v_stride);
+  // A TMA load of q, k, v or dO as (seqlen, head dim, heads, batch) in tiles of `layout`.
+  auto tma_load = [&](const void* ptr, int seqlen, int heads, const int64_t(&stride)[3], auto layout) {
+    int64_t safe_stride[3];
+    tma_safe_strides(stride, f.batch, seqlen, heads, safe_stride);
+    return cute::make_tma_copy(cute::SM90_TMA_LOAD{},
+                               Traits::rows_tensor(ptr, seqlen, f.head_dim, heads, f.batch, safe_stride), layout);
+  };
   const typename Traits::Params prm{
-      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
-                          Traits::rows_tensor(f.q, f.seqlen_q, f.head_dim, f.heads_q, f.batch, q_stride),
-                          typename Traits::SmemLayoutQ{}),
-      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
-                          Traits::rows_tensor(p.dout, f.seqlen_q, f.head_dim, f.heads_q, f.batch, do_stride),
-                          typename Traits::SmemLayoutQ{}),
-      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
-                          Traits::rows_tensor(f.k, f.seqlen_k, f.head_dim, p.heads_kv, f.batch, k_stride),
-                          typename Traits::SmemLayoutK{}),
-      cute::make_tma_copy(cute::SM90_TMA_LOAD{},
-                          Traits::rows_tensor(f.v, f.seqlen_k, f.head_dim, p.heads_kv, f.batch, v_stride),
-                          typename Traits::SmemLayoutK{}),
+      tma_load(f.q, f.seqlen_q, f.heads_q, f.q_stride, typename Traits::SmemLayoutQ{}),
+      tma_load(p.dout, f.seqlen_q, f.heads_q, p.dout_stride, typename Traits::SmemLayoutQ{}),
+      tma_load(f.k, f.seqlen_k, p.heads_kv, f.k_stride, typename Traits::SmemLayoutK{}),
+      tma_load(f.v, f.seqlen_k, p.heads_kv, f.v_stride, typename Traits::SmemLayoutK{}),
       // In the deterministic mode no add is issued; the descriptor (which must exist) then describes the
       // workspace, never touched through it.
       cute::make_tma_copy(cute::SM90_TMA_REDUCE_ADD{},
