@@ -60,13 +60,13 @@ function(flashtile_cuda_instantiations out_var)
         list(APPEND sm90_sources ${file})
         string(APPEND sm90_entries "    {${enum_${dt}}, ${hd}, &launch_fwd<${cpp_type_${dt}}, ${hd}>, 128, FwdTraits<${sm90_type_${dt}}, ${hd}>::kSmemBytes},\n")
       endif()
-      # The backward, for every head dim (bwd_config.hpp), and on sm90 up to D = 128 (sm90/bwd_kernel.cuh: the
-      # registers). FLASHTILE_CUDA_BACKWARD=OFF leaves both out.
+      # The backward, for every head dim (bwd_config.hpp), on sm80 and on sm90. FLASHTILE_CUDA_BACKWARD=OFF leaves
+      # both out.
       if(FLASHTILE_CUDA_BACKWARD)
         flashtile_generated_tu(bwd_sm80_${dt}_hdim${hd} sm80/bwd_launch.cuh sm80
           "launch_bwd<${cpp_type_${dt}}, ${hd}>(const BwdKernelParams&, cudaStream_t)")
         string(APPEND bwd_entries "    {${enum_${dt}}, ${hd}, &launch_bwd<${cpp_type_${dt}}, ${hd}>, BwdDqTraits<${hd}>::kBlockM, bwd_min_smem_bytes<${hd}>()},\n")
-        if(sm90 AND hd LESS_EQUAL 128)
+        if(sm90)
           flashtile_generated_tu(bwd_sm90_${dt}_hdim${hd} sm90/bwd_launch.cuh sm90
             "launch_bwd<${cpp_type_${dt}}, ${hd}>(const BwdKernelParams&, cudaStream_t)")
           list(APPEND sm90_sources ${file})

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds another git ref's library (a branch under test) for a same-call A/B on the GPU machine:
-#   scripts/candidate_lib.sh <git ref> <name>
+#   scripts/candidate_lib.sh <git ref> <name> [CMake options...]
+# Extra CMake options narrow the candidate's build for a quicker A/B, e.g. -DFLASHTILE_CUDA_HEAD_DIMS="64;128"
+# -DFLASHTILE_CUDA_DTYPES=bf16 (then time only those shapes: AB_ARGS with --shapes and --dtype).
 # The ref is checked out in a worktree at .candidates/<name> (ignored by git) and its library built there with
 # this tree's GPU-machine options (scripts/device_options.sh), then xz-compressed to
 # .device/cand-<name>/libflashtile.so.0.1.0.xz, which travels with .device. On the GPU machine,
@@ -11,9 +13,10 @@
 #   git worktree remove .candidates/<name>; rm -r .device/cand-<name>
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: scripts/candidate_lib.sh <git ref> <name>"
+usage="usage: scripts/candidate_lib.sh <git ref> <name> [CMake options...]"
 ref=${1:?$usage}
 name=${2:?$usage}
+shift 2
 if [[ ! $name =~ ^[A-Za-z0-9_-]+$ ]]; then
   echo "candidate_lib: name '$name': use letters, digits, - and _" >&2
   exit 2
@@ -34,7 +37,7 @@ else
 fi
 echo "candidate_lib: $name = $(git -C "$wt" log --oneline -1)"
 source scripts/device_options.sh
-cmake -S "$wt" -B "$wt/build-device" -DCMAKE_BUILD_TYPE=Release "${device_cmake_args[@]}" >/dev/null
+cmake -S "$wt" -B "$wt/build-device" -DCMAKE_BUILD_TYPE=Release "${device_cmake_args[@]}" "$@" >/dev/null
 if ! cmake --build "$wt/build-device" -j "$(nproc)" --target flashtile > "$wt/build-device/build.log" 2>&1; then
   grep -E -B2 -A6 "error" "$wt/build-device/build.log" | head -40 >&2
   echo "candidate_lib: the build of $name failed (whole log: $wt/build-device/build.log)" >&2

@@ -259,8 +259,8 @@ Status select_sm80_backward(const Problem& p, const DeviceInfo& prop, sm80::BwdK
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 
-// The sm90 backward (wgmma, TMA; sm90/bwd_kernel.cuh): Hopper devices, builds with FLASHTILE_CUDA_SM90, and the
-// head dims it covers; the sm80 kernels take the rest under auto.
+// The sm90 backward (wgmma, TMA; sm90/bwd_kernel.cuh): Hopper devices, builds with FLASHTILE_CUDA_SM90 and the
+// call's head dim; the sm80 kernels take the rest under auto.
 Status select_sm90_backward(const BackwardParams& params, const Problem& p, const DeviceInfo& prop,
                             sm80::BwdKernelInfo* kernel) {
   if (Status s = select_sm80_backward(p, prop, kernel); !s.ok()) return s;  // the head dim it pads to
@@ -271,8 +271,8 @@ Status select_sm90_backward(const BackwardParams& params, const Problem& p, cons
   *kernel = sm90::find_bwd(p.dtype, kernel->head_dim);
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
-                       ": this build has no sm90 backward for it (it covers head dims up to 128, in builds "
-                       "configured with -DFLASHTILE_CUDA_SM90=ON and 90a in FLASHTILE_CUDA_ARCHS)");
+                       ": this build has no sm90 backward for it (builds configured with -DFLASHTILE_CUDA_SM90=ON "
+                       "and 90a in FLASHTILE_CUDA_ARCHS have one for each head dim in FLASHTILE_CUDA_HEAD_DIMS)");
   return check_smem(kernel->smem_bytes, kernel->head_dim, prop);
 }
 

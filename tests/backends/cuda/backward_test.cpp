@@ -216,7 +216,7 @@ TEST_F(CudaBackward, SmallSharedMemoryRows) {
   EXPECT_NE(r.error.find("shared memory"), std::string::npos) << r.error;
 }
 
-// The sm90 backward by name (cuda-sm90: head dims up to 128, both modes); skipped on a build without it or
+// The sm90 backward by name (cuda-sm90: every head dim, both modes); skipped on a build without it or
 // a GPU that is not sm_90.
 class CudaBackwardSm90 : public CudaBackward {
  protected:
@@ -241,8 +241,8 @@ class CudaBackwardSm90 : public CudaBackward {
   }
 };
 
-// Auto takes the sm90 backward where it covers the call (head dims up to 128, either mode) unless
-// FLASHTILE_CUDA_BACKWARD_KERNELS=sm80, and the sm80 kernels for the rest; another value of the variable is refused.
+// Auto takes the sm90 backward (every head dim up to 256, either mode) unless FLASHTILE_CUDA_BACKWARD_KERNELS=sm80;
+// another value of the variable is refused.
 TEST_F(CudaBackwardSm90, AutoTakesItWhereItCovers) {
   Backend chosen = Backend::kAuto;
   ASSERT_TRUE(select(make_problem(1, 64, 64, 2, 2, 128, DType::kBFloat16), Backend::kAuto, &chosen).ok());
@@ -250,7 +250,9 @@ TEST_F(CudaBackwardSm90, AutoTakesItWhereItCovers) {
   ASSERT_TRUE(select(make_problem(1, 64, 64, 2, 2, 104, DType::kFloat16), Backend::kAuto, &chosen).ok());
   EXPECT_EQ(chosen, Backend::kCudaSm90);
   ASSERT_TRUE(select(make_problem(1, 64, 64, 2, 2, 136, DType::kBFloat16), Backend::kAuto, &chosen).ok());
-  EXPECT_EQ(chosen, Backend::kCudaSm80);
+  EXPECT_EQ(chosen, Backend::kCudaSm90);  // padded up to 192
+  ASSERT_TRUE(select(make_problem(1, 64, 64, 2, 2, 256, DType::kFloat16), Backend::kAuto, &chosen).ok());
+  EXPECT_EQ(chosen, Backend::kCudaSm90);
   Problem deterministic = make_problem(1, 64, 64, 2, 2, 64, DType::kBFloat16);
   deterministic.deterministic = true;
   ASSERT_TRUE(select(deterministic, Backend::kAuto, &chosen).ok());
@@ -271,7 +273,8 @@ TEST_F(CudaBackwardSm90, AutoTakesItWhereItCovers) {
 TEST_F(CudaBackwardSm90, HeadDimsAndSeqlens) {
   uint64_t seed = 18000;
   for (DType dt : {DType::kBFloat16, DType::kFloat16})
-    for (int64_t d : {40, 64, 96, 104, 128})  // 40 and 104 pad up: the descriptors zero-fill and clip the rest
+    for (int64_t d : {40, 64, 96, 104, 128, 160, 192, 256})  // 40, 104, 160 pad up: the descriptors zero-fill
+                                                                // and clip the rest
       for (int64_t s : {1, 17, 64, 129, 255, 300})
         expect_pass(make_problem(2, s, s, 2, 2, d, dt), seed++, Backend::kCudaSm90);
   expect_pass(make_problem(3, 700, 500, 4, 4, 128, DType::kBFloat16), seed++, Backend::kCudaSm90);  // Sq != Sk
@@ -282,7 +285,7 @@ TEST_F(CudaBackwardSm90, HeadDimsAndSeqlens) {
   expect_pass(p, seed++, Backend::kCudaSm90);
   // Several steps per head from a first row above 0 (causal, Sq > Sk), walking a group of two heads, with steps
   // of 64 rows (D = 128) and of 128 (D = 64, whose last step's second dQ box lies past the sequence's end).
-  for (int64_t d : {128, 64}) {
+  for (int64_t d : {128, 64, 192, 256}) {
     p = make_problem(1, 400, 200, 4, 2, d, DType::kBFloat16);
     p.options.causal = true;
     expect_pass(p, seed++, Backend::kCudaSm90);
@@ -303,12 +306,13 @@ TEST_F(CudaBackwardSm90, MasksGqaSoftcapLayouts) {
   };
   const MaskCase masks[] = {{true, -1, -1, 0}, {false, 32, -1, 0}, {false, -1, 7, 0},
                             {false, 20, 5, 0}, {false, -1, -1, 30}, {true, -1, -1, 5}};
-  const int64_t head_dims[] = {128, 64, 96};  // dQ split by columns (128), by rows (64) and by keys (96)
+  // dQ split by columns (128; wide, through the Q and dO buffers: 256, 192), by rows (64) and by keys (96)
+  const int64_t head_dims[] = {128, 64, 96, 256, 192};
   uint64_t seed = 18500;
   int mask_index = 0;
   for (const MaskCase& m : masks)
     for (Layout layout : {Layout::kContiguous, Layout::kHeadsFirst, Layout::kPadded}) {
-      Problem p = make_problem(2, 97, 230, 6, seed % 2 ? 2 : 3, head_dims[(mask_index + seed) % 3],
+      Problem p = make_problem(2, 97, 230, 6, seed % 2 ? 2 : 3, head_dims[(mask_index + seed) % 5],
                                seed % 2 ? DType::kBFloat16 : DType::kFloat16);
       p.options.causal = m.causal;
       p.options.window_left = m.left;
@@ -333,13 +337,21 @@ TEST_F(CudaBackwardSm90, RowsAndKeysNobodySeesAndEmptySequences) {
   expect_pass(p, 19001, Backend::kCudaSm90);
   expect_pass(make_problem(2, 0, 33, 2, 2, 128, DType::kBFloat16), 19002, Backend::kCudaSm90);
   expect_pass(make_problem(2, 33, 0, 2, 2, 128, DType::kFloat16), 19003, Backend::kCudaSm90);
+  // The wide kernels (dQ staged in the Q and dO buffers) under the same masks: this test is the sanitizers' subset.
+  p = make_problem(1, 300, 40, 2, 1, 192, DType::kBFloat16);
+  p.options.causal = true;
+  expect_pass(p, 19004, Backend::kCudaSm90);
+  p = make_problem(1, 40, 300, 2, 2, 256, DType::kFloat16);
+  p.options.window_left = 3;
+  p.options.window_right = 0;
+  expect_pass(p, 19005, Backend::kCudaSm90);
 }
 
 // The deterministic mode (the dK/dV kernel without dQ, then the sm80 dQ kernel on the padded D) against the
 // oracle, and bitwise equal over 50 reruns.
 TEST_F(CudaBackwardSm90, DeterministicMode) {
   uint64_t seed = 19500;
-  for (int64_t d : {64, 96, 128})
+  for (int64_t d : {64, 96, 128, 192, 256})
     for (bool softcap : {false, true}) {
       Problem p = make_problem(2, 129, 97, 4, 2, d, softcap ? DType::kFloat16 : DType::kBFloat16);
       p.deterministic = true;
@@ -367,14 +379,17 @@ TEST_F(CudaBackwardSm90, CallerWorkspaceOfTheReportedSize) {
   expect_caller_workspace_works(Backend::kCudaSm90, 128, 19600);
 }
 
-// What auto runs, whatever the GPU: on a Hopper GPU with the sm90 kernels, D = 192 takes the sm90 forward's out
-// and LSE into the sm80 backward, and D = 128 both sm90 families.
+// What auto runs, whatever the GPU: on a Hopper GPU with the sm90 kernels, both sm90 families, and with
+// FLASHTILE_CUDA_BACKWARD_KERNELS=sm80 the sm90 forward's out and LSE into the sm80 backward.
 TEST_F(CudaBackward, AutoAcrossFamilies) {
   uint64_t seed = 15500;
-  for (int64_t d : {128, 192}) {
-    Problem p = make_problem(2, 130, 130, 4, 2, d, DType::kBFloat16);
-    p.options.causal = true;
-    expect_pass(p, seed++, Backend::kAuto);
+  for (bool sm80_backward : {false, true}) {
+    ScopedEnv env("FLASHTILE_CUDA_BACKWARD_KERNELS", sm80_backward ? "sm80" : "");
+    for (int64_t d : {128, 192}) {
+      Problem p = make_problem(2, 130, 130, 4, 2, d, DType::kBFloat16);
+      p.options.causal = true;
+      expect_pass(p, seed++, Backend::kAuto);
+    }
   }
 }
 

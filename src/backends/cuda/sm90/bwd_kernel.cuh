@@ -3,13 +3,14 @@
 //   1. bwd_prep_kernel: per query row, D = rowsum(dO * O) and the LSE in log2 units, into workspace rows padded
 //      to a multiple of kBwdStatsRowAlign (128) per head, so the main kernel copies a step's rows of each with one
 //      bulk copy;
-//   2. bwd_kernel: one CTA per (block of 128 keys, batch, K/V head), walking the group's query heads and the
+//   2. bwd_kernel: one CTA per (block of kBlockN keys: 128, or 64 above D = 128, batch, K/V head), walking the
+//      group's query heads and the
 //      blocks of kBlockM query rows (128 at D = 64, 64 above) that see its keys (a step):
 //      - warpgroup 0 is the producer: it gives its registers away (setmaxnreg), and one thread loads K and V
 //        once, then each step's Q and dO (TMA) and LSE and D (bulk copies) into a two-deep ring of buffers
 //        (mbarriers: full when the bytes have landed, empty when both consumers are done with them);
-//      - warpgroups 1 and 2 are consumers, 64 keys each, meeting only at named barriers:
-//          S_w = Q K_w^T, dP_w = dO V_w^T   (kBlockM queries x 64 keys; P_w from S_w while dP_w still runs)
+//      - warpgroups 1 and 2 are consumers, kBlockN / 2 keys each, meeting only at named barriers:
+//          S_w = Q K_w^T, dP_w = dO V_w^T   (kBlockM queries x kBlockN / 2 keys; P_w from S_w while dP_w runs)
 //          P_w, dS_w -> shared memory       (dS without the softmax scale, which dK and dQ get once at the end)
 //          dV_w += P_w^T dO, dK_w += dS_w^T Q  (64 keys x kHeadDim, A and B as transposed shared views)
 //          dQ part, a 64-row box (DqSplit): at D = 128, dQ[:, w half] = dS K (64 columns over all 128 keys, which
@@ -25,9 +26,10 @@
 // another CTA's output), and the sm80 dQ kernel instead of 3 (one CTA per query block recomputes S and dP), as
 // the sm80 backward does.
 // The development history of this schedule and what each piece bought: docs/perf-log.md (sm90 backward).
-// Registers per consumer thread: dK and dV (64 x kHeadDim each: kHeadDim / 2 floats each), S and dP (kBlockM / 2
-// each), dQ (DqCols / 2): 224 at D = 64 and 128, 208 at 96, within setmaxnreg's 240, so head dims above 128 use
-// the sm80 kernels.
+// Registers per consumer thread: dK and dV (kBlockN / 2 x kHeadDim each: kHeadDim / 2 or / 4 floats each), S and
+// dP (kBlockM x kBlockN / 2 / 128 each), dQ (DqCols / 2): 224 at D = 64, 128 and 256, 208 at 96, 176 at 192,
+// within setmaxnreg's 240. Above D = 128 (wide) dK and dV are (dim, key) tiles and dQ is staged in the step's
+// Q and dO buffers (BwdTraits::kWide).
 #pragma once
 
 #include <cute/tensor.hpp>  // first: the atom headers below expect it
@@ -53,7 +55,8 @@ namespace flashtile::cuda::sm90 {
 // How the two consumers share a step's dQ (BwdTraits::kDqSplit): each computes one 64 x DqCols box of it, over
 // the keys DqKeys.
 enum class DqSplit {
-  kByColumns,  // D = 128: the step's 64 rows, half the columns each, over all 128 keys (both consumers' dS)
+  kByColumns,  // D = 128, 192, 256: the step's 64 rows, half the columns each, over all the CTA's keys (both
+               // consumers' dS)
   kByKeys,     // D = 96: the step's 64 rows, every column, over the consumer's own 64 keys (both add into one box)
   kByRows,     // D = 64: 64 of the step's 128 rows each, every column, over all 128 keys (both consumers' dS)
 };
@@ -63,15 +66,22 @@ template <typename T, int kHeadDim_>
 struct BwdTraits {
   using Element = T;
   using CudaT = std::conditional_t<std::is_same_v<T, cutlass::bfloat16_t>, __nv_bfloat16, __half>;
-  static constexpr int kHeadDim = kHeadDim_, kBlockN = 128, kStages = 2;
+  static constexpr int kHeadDim = kHeadDim_, kStages = 2;
   static constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1);
-  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128, "the registers hold head dims up to 128");
+  static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
+                "the sm90 backward's head dims");
+  // Above 128 (wide) a CTA takes 64 keys, 32 a consumer, so that dK and dV fit in the registers; they are then
+  // computed transposed (dV^T = dO^T P: a product over 32 keys would have 32 rows, below wgmma's 64), and dQ goes
+  // to the TMA through the step's own Q and dO buffers, once both consumers are done with them (no room for
+  // buffers of its own).
+  static constexpr bool kWide = kHeadDim > 128;
+  static constexpr int kBlockN = kWide ? 64 : 128;
   // The dQ split, and the query rows of a step: 128 at D = 64, whose products are half as deep as D = 128's, so
   // that a step's fixed costs (barriers, the dQ hand-off, the loads' waits) are spread over twice the work;
   // 64 above (the registers: the top of this file).
-  static constexpr DqSplit kDqSplit = kHeadDim == 64    ? DqSplit::kByRows
-                                      : kHeadDim == 128 ? DqSplit::kByColumns
-                                                        : DqSplit::kByKeys;
+  static constexpr DqSplit kDqSplit = kHeadDim == 64 ? DqSplit::kByRows
+                                      : kHeadDim == 96 ? DqSplit::kByKeys
+                                                       : DqSplit::kByColumns;
   static constexpr int kBlockM = kDqSplit == DqSplit::kByRows ? 128 : 64;
   static_assert(kBwdStatsRowAlign % kBlockM == 0, "a step's LSE and D rows lie inside a head's padded rows");
 
@@ -82,14 +92,17 @@ struct BwdTraits {
   // A consumer's dQ box: 64 rows, DqCols columns, summed over DqKeys keys.
   using DqCols = cute::Int<kDqSplit == DqSplit::kByColumns ? kHeadDim / 2 : kHeadDim>;
   using DqKeys = cute::Int<kDqSplit == DqSplit::kByKeys ? kBlockN / 2 : kBlockN>;
-  // Rows of the head dim swizzled by 128 bytes (64 columns), or 64 at D = 96; P and dS's (128 keys) by 128.
-  using RowAtom = std::conditional_t<kHeadDim % 64 == 0, cute::GMMA::Layout_K_SW128_Atom<T>,
+  // Rows of the head dim swizzled by 128 bytes (64 columns), or by 64 (32 columns) at D = 96 and 192, where a
+  // consumer's half of K's transposed view (48 or 96 columns) must start on a swizzle atom; P and dS's rows by the
+  // width of a consumer's keys (64 or 32), for the same reason.
+  using RowAtom = std::conditional_t<kHeadDim % 64 == 0 && kHeadDim != 192, cute::GMMA::Layout_K_SW128_Atom<T>,
                                      cute::GMMA::Layout_K_SW64_Atom<T>>;
+  using PAtom = std::conditional_t<kBlockN / 2 == 64, cute::GMMA::Layout_K_SW128_Atom<T>,
+                                   cute::GMMA::Layout_K_SW64_Atom<T>>;
   using SmemLayoutQ = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<M, D>{}));  // Q, dO: (queries, dim)
   using SmemLayoutQStages = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<M, D, cute::Int<kStages>>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<N, D>{}));  // K, V: (keys, dim)
-  using SmemLayoutP = decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<T>{},
-                                                   cute::Shape<M, N>{}));  // P, dS: (queries, keys)
+  using SmemLayoutP = decltype(cute::tile_to_shape(PAtom{}, cute::Shape<M, N>{}));  // P, dS: (queries, keys)
   // Transposed views, MN-major as the products that read them need.
   using SmemLayoutQt = decltype(cute::composition(
       SmemLayoutQ{}, cute::make_ordered_layout(cute::Shape<D, M>{}, cute::Step<cute::_2, cute::_1>{})));
@@ -106,9 +119,12 @@ struct BwdTraits {
   // One consumer's products.
   using MmaSdP = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, HalfN, D>>()));
+  // dV_w += P_w^T dO (64 keys x kHeadDim), or wide, dV_w^T += dO^T P_w (kHeadDim x 32 keys); dK likewise.
   using MmaKV = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, D, M>, cute::GMMA::Major::MN,
-                                 cute::GMMA::Major::MN>()));
+      cute::GMMA::ss_op_selector<T, T, float,
+                                 std::conditional_t<kWide, cute::Shape<cute::_64, HalfN, M>, cute::Shape<cute::_64, D, M>>,
+                                 cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
+  using DkvShape = std::conditional_t<kWide, cute::Shape<D, HalfN>, cute::Shape<cute::_64, D>>;  // dK, dV tiles
   using MmaDQ = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, DqCols, DqKeys>, cute::GMMA::Major::K,
                                  cute::GMMA::Major::MN>()));
@@ -141,7 +157,7 @@ struct BwdTraits {
     alignas(1024) T dout[cute::cosize_v<SmemLayoutQStages>];
     alignas(1024) T p[cute::cosize_v<SmemLayoutP>];
     alignas(1024) T ds[cute::cosize_v<SmemLayoutP>];
-    alignas(1024) float dq[kConsumers][cute::cosize_v<SmemLayoutDqBuffers>];
+    alignas(1024) float dq[kConsumers][kWide ? 4 : cute::cosize_v<SmemLayoutDqBuffers>];  // wide: unused
     alignas(16) float lse2[kStages][kBlockM];  // log2 units (bwd_prep_kernel)
     alignas(16) float delta[kStages][kBlockM];
     uint64_t kv_full, full[kStages], empty[kStages];
@@ -150,6 +166,8 @@ struct BwdTraits {
   // D = 64 fills the 227 KB exactly (two stages of 128-row Q and dO, 128 x 128 P and dS, two dQ buffers a
   // consumer): a member added here needs one taken away there.
   static_assert(kSmemBytes <= 227 * 1024, "an sm90 block has at most 227 KB of shared memory");
+  static_assert(!kWide || 64 * DqCols::value * sizeof(float) == kBlockM * kHeadDim * sizeof(T),
+                "wide, a consumer's dQ box fills one of the step's Q or dO buffers");
   static constexpr uint32_t kKvBytes = 2 * kBlockN * kHeadDim * sizeof(T);
   static constexpr uint32_t kStepBytes = 2 * kBlockM * kHeadDim * sizeof(T) + 2 * kBlockM * sizeof(float);
 
@@ -214,7 +232,8 @@ __device__ void issue_mma(Mma& mma, const FragA& a, const FragB& b, Acc& acc, bo
 // by columns or by rows), kDsBarrier when both consumers' dS are in shared memory, and kStepBarrier + w when
 // consumer w may overwrite its P and dS (it waits there; the other consumer arrives once its dQ product of the
 // step before has read them).
-constexpr int kDsBarrier = 3, kStepBarrier = 4;
+// Wide (D > 128), kStageBarrier when both consumers are done reading a step's Q and dO, whose buffers then take dQ.
+constexpr int kDsBarrier = 3, kStepBarrier = 4, kStageBarrier = 6;
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
 }
@@ -233,6 +252,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   // The consumers wait for each other only where dQ reads both one's dS (split by columns or by rows).
   constexpr DqSplit kDqSplit = Traits::kDqSplit;
   constexpr bool kSharedDs = kAccumulateDq && kDqSplit != DqSplit::kByKeys;
+  constexpr bool kWide = Traits::kWide, kDqInStage = kWide && kAccumulateDq;
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
@@ -262,7 +282,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     FullBarrier::init(&smem.kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
       FullBarrier::init(&smem.full[s], 1);
-      EmptyBarrier::init(&smem.empty[s], Traits::kConsumers * 128);
+      // Wide with dQ, one thread of each consumer frees the stage once the TMA has read its dQ from it.
+      EmptyBarrier::init(&smem.empty[s], kDqInStage ? Traits::kConsumers : Traits::kConsumers * 128);
     }
     cutlass::arch::fence_barrier_init();
   }
@@ -309,7 +330,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   }
 
   cutlass::arch::warpgroup_reg_alloc<240>();
-  const int w = warpgroup - 1;  // this consumer's keys: w * 64 .. w * 64 + 63 of the CTA's
+  const int w = warpgroup - 1;  // this consumer's keys: the CTA's w-th half (kBlockN / 2 keys)
   auto sP = make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutP{});
   auto sdS = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutP{});
   auto sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});
@@ -346,11 +367,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   // dK and dV live through the loop; S, dP and dQ are declared in it, so that the registers of one step's S and dP
   // are free for its dQ and the next step's S (a wgmma's accumulator is an asm read-write operand: declared out
   // here they would stay live across steps).
-  auto tVrdV = partition_fragment_C(mma_kv, Shape<_64, D>{});
-  auto tKrdK = partition_fragment_C(mma_kv, Shape<_64, D>{});
+  auto tVrdV = partition_fragment_C(mma_kv, typename Traits::DkvShape{});  // (64 keys, D), or wide (D, 32 keys)
+  auto tKrdK = partition_fragment_C(mma_kv, typename Traits::DkvShape{});
   clear(tVrdV);
   clear(tKrdK);
-  // Element e of S, dP (and P, dS) sits at tScS(e) within (kBlockM queries, this consumer's 64 keys): in each
+  // Element e of S, dP (and P, dS) sits at tScS(e) within (kBlockM queries, this consumer's keys): in each
   // 64-row block m = e / kPerBlock a thread holds rows r and r + 8 ((e / 2) % 2 says which), columns 2t and 2t + 1
   // of each 8-key block (e and e + 1); row_slot(e) numbers its 2 * kBlockM / 64 rows.
   auto tScS = thr_sdp.partition_C(make_identity_tensor(Shape<M, HalfN>{}));
@@ -390,6 +411,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     // until the step barrier.
     auto grads = [&](auto masked) {
       constexpr bool kMasked = decltype(masked)::value;
+      // Query q sees keys [q + key_offset - window_left, min(q + key_offset + window_right, seqlen_k - 1)]; for
+      // each of this thread's rows that interval is taken relative to the thread's first column, so an element
+      // costs two compares against a constant offset (absolute coordinates per element cost more instructions
+      // and, at D = 64, registers).
+      int lo[kRowSlots], hi[kRowSlots];
+      if (kMasked) {
+        const int key_first = key_w0 + get<1>(tScS(0));
+        CUTE_UNROLL
+        for (int slot = 0; slot < kRowSlots; ++slot) {
+          const int query = row0 + get<0>(tScS(2 * (slot % 2) + kPerBlock * (slot / 2)));
+          lo[slot] = query + f.key_offset - f.window_left - key_first;
+          hi[slot] = min(query + f.key_offset + f.window_right, f.seqlen_k - 1) - key_first;
+        }
+      }
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
       CUTE_UNROLL
@@ -397,10 +432,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         float x = tSrS(e);
         if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
         if (kMasked) {
-          const int query = row0 + get<0>(tScS(e)), key = key_w0 + get<1>(tScS(e));
-          const bool visible = key < f.seqlen_k && key >= query + f.key_offset - f.window_left &&
-                               key <= query + f.key_offset + f.window_right;
-          x = visible ? x : -INFINITY;
+          const int dc = get<1>(tScS(e)) - get<1>(tScS(0)), slot = row_slot(e);
+          x = dc >= lo[slot] && dc <= hi[slot] ? x : -INFINITY;
         }
         tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)]));
       }
@@ -435,10 +468,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> async-proxy reads (wgmma)
     // Step i writes dQ buffer i % 2, last read by the add of step i - 2: every add but the latest has read its
     // buffer after this wait, and the barrier below passes that on to the consumer's threads.
-    if (kAccumulateDq && tid == 0) tma_store_wait<1>();
+    if (kAccumulateDq && !kWide && tid == 0) tma_store_wait<1>();
     named_sync(1 + w, 128);  // this consumer's P and dS are in place
-    issue_mma(mma_kv, thr_kv.partition_fragment_A(sPt_w), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
-    issue_mma(mma_kv, thr_kv.partition_fragment_A(sdSt_w), thr_kv.partition_fragment_B(sQt), tKrdK, true);
+    if constexpr (kWide) {
+      issue_mma(mma_kv, thr_kv.partition_fragment_A(sdOt), thr_kv.partition_fragment_B(sPt_w), tVrdV, true);
+      issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_w), tKrdK, true);
+    } else {
+      issue_mma(mma_kv, thr_kv.partition_fragment_A(sPt_w), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
+      issue_mma(mma_kv, thr_kv.partition_fragment_A(sdSt_w), thr_kv.partition_fragment_B(sQt), tKrdK, true);
+    }
     if (kSharedDs) named_sync(kDsBarrier, 2 * 128);  // and the other's dS, which dQ reads too
     auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
     if (kAccumulateDq)
@@ -447,7 +485,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     warpgroup_fence_operand(tVrdV);
     warpgroup_fence_operand(tKrdK);
     warpgroup_fence_operand(tQrdQ);
-    EmptyBarrier::arrive(&smem.empty[s]);  // Q, dO, LSE and D of this stage are read
+    if (!kDqInStage) EmptyBarrier::arrive(&smem.empty[s]);  // Q, dO, LSE and D of this stage are read
     if (kSharedDs && i + 1 < steps)
       asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
 
@@ -456,11 +494,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       // are clipped by the descriptor; split by keys, both consumers add into the same box). A box wholly past
       // the sequence's end (split by rows, the last step's second half) is not issued, but its group is still
       // committed, so that the wait above keeps counting one group per step.
+      // Wide: the box goes to this step's Q buffer (consumer 0) or dO buffer (1), each exactly a box's size, once
+      // both consumers' dV and dK have read them.
+      if (kWide) named_sync(kStageBarrier, 2 * 128);
       const int dq_buf = i % 2;
+      auto sdQ_step = [&] {
+        if constexpr (kWide)
+          return make_tensor(make_smem_ptr(reinterpret_cast<float*>((w == 0 ? smem.q : smem.dout) +
+                                                                    s * cosize_v<typename Traits::SmemLayoutQ>)),
+                             typename Traits::SmemLayoutDq{});
+        else
+          return sdQ(_, _, dq_buf);
+      }();
       CUTE_UNROLL
       for (int e = 0; e < size(tQrdQ); e += 2) {  // st.shared: a plain store through the layout goes generic
-        const auto at =
-            static_cast<uint32_t>(__cvta_generic_to_shared(&sdQ(get<0>(tQcQ(e)), get<1>(tQcQ(e)), dq_buf)));
+        const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(&sdQ_step(get<0>(tQcQ(e)), get<1>(tQcQ(e)))));
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(tQrdQ(e)), "f"(tQrdQ(e + 1)));
       }
       cutlass::arch::fence_view_async_shared();  // the TMA reads through the async proxy
@@ -470,11 +518,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         if (box_row0 < f.seqlen_q) {
           auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(dq_shape)(_, _, h, b), Shape<_64, DqCols>{},
                                 make_coord(box_row0 / 64, dq_col_box));
-          auto [tdQg, tdQs] = tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{},
-                                            group_modes<0, 2>(sdQ(_, _, dq_buf)), group_modes<0, 2>(gdQ));
+          auto [tdQg, tdQs] = tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdQ_step),
+                                            group_modes<0, 2>(gdQ));
           copy(prm.tma_dq, tdQs, tdQg);
         }
         tma_store_arrive();
+        if constexpr (kDqInStage) {  // the stage is free once the add has read the box
+          tma_store_wait<0>();
+          EmptyBarrier::arrive(&smem.empty[s]);
+        }
       }
     }
     row0 += kBlockM;
@@ -484,17 +536,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   // arrives there after steps 0 .. steps - 2, so none is left open here.
   if (kAccumulateDq && tid == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // adds done
 
-  // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys, two columns per store.
+  // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys: two columns per store,
+  // or wide, where an accumulator's neighbours are two keys of one column, one element per store.
   CudaT* dk_head = static_cast<CudaT*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
   CudaT* dv_head = static_cast<CudaT*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[2];
-  auto tKcK = thr_kv.partition_C(make_identity_tensor(Shape<_64, D>{}));
-  CUTE_UNROLL
-  for (int e = 0; e < size(tKrdK); e += 2) {
-    const int key = key_w0 + get<0>(tKcK(e)), col = get<1>(tKcK(e));
-    if (key < f.seqlen_k && col < f.head_dim) {
-      *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
-          sm80::pack2<CudaT>(tKrdK(e) * p.scale, tKrdK(e + 1) * p.scale);
-      *reinterpret_cast<uint32_t*>(dv_head + key * p.dv_stride[1] + col) = sm80::pack2<CudaT>(tVrdV(e), tVrdV(e + 1));
+  auto tKcK = thr_kv.partition_C(make_identity_tensor(typename Traits::DkvShape{}));
+  if constexpr (kWide) {
+    CUTE_UNROLL
+    for (int e = 0; e < size(tKrdK); ++e) {
+      const int col = get<0>(tKcK(e)), key = key_w0 + get<1>(tKcK(e));
+      if (key < f.seqlen_k && col < f.head_dim) {
+        dk_head[key * p.dk_stride[1] + col] = static_cast<CudaT>(tKrdK(e) * p.scale);
+        dv_head[key * p.dv_stride[1] + col] = static_cast<CudaT>(tVrdV(e));
+      }
+    }
+  } else {
+    CUTE_UNROLL
+    for (int e = 0; e < size(tKrdK); e += 2) {
+      const int key = key_w0 + get<0>(tKcK(e)), col = get<1>(tKcK(e));
+      if (key < f.seqlen_k && col < f.head_dim) {
+        *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
+            sm80::pack2<CudaT>(tKrdK(e) * p.scale, tKrdK(e + 1) * p.scale);
+        *reinterpret_cast<uint32_t*>(dv_head + key * p.dv_stride[1] + col) =
+            sm80::pack2<CudaT>(tVrdV(e), tVrdV(e + 1));
+      }
     }
   }
 #endif

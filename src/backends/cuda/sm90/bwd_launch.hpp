@@ -19,7 +19,7 @@ using sm80::BwdKernelInfo;
 
 // The instantiation for exactly this head dim (the head dim the sm80 table pads the call's to), or launch = null:
 // none in this build (FLASHTILE_CUDA_SM90=OFF, FLASHTILE_CUDA_BACKWARD=OFF, or the head dim / dtype lists left it
-// out), or a head dim the sm90 backward does not cover (above 128: bwd_kernel.cuh). Generated:
+// out). Generated:
 // fwd_sm90_registry.cu (which lists the sm90 forward and backward kernels).
 BwdKernelInfo find_bwd(DType dtype, int head_dim);
 
