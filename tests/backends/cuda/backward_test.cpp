@@ -345,6 +345,14 @@ TEST_F(CudaBackwardSm90, RowsAndKeysNobodySeesAndEmptySequences) {
   p.options.window_left = 3;
   p.options.window_right = 0;
   expect_pass(p, 19005, Backend::kCudaSm90);
+  // dQ split by rows (D = 64) and by keys (D = 96), each over several steps of a GQA group, so that the
+  // sanitizers see every barrier pattern of the step loop.
+  p = make_problem(1, 300, 200, 2, 1, 64, DType::kBFloat16);
+  p.options.causal = true;
+  expect_pass(p, 19006, Backend::kCudaSm90);
+  p = make_problem(1, 300, 200, 2, 1, 96, DType::kFloat16);
+  p.options.window_left = 50;
+  expect_pass(p, 19007, Backend::kCudaSm90);
 }
 
 // The deterministic mode (the dK/dV kernel without dQ, then the sm80 dQ kernel on the padded D) against the
