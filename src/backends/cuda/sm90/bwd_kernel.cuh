@@ -441,10 +441,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       warpgroup_fence_operand(tSrdP);
       // P and dS are rewritten once every warp of the consumer is past the previous step's products that read
       // them (a warp's wgmma wait covers its own share only): with dQ split by columns or rows the step barrier
-      // says so for both consumers; with dQ split by keys the dQ hand-off's barrier did, after the wait; without
-      // dQ (deterministic) a barrier of the consumer's own here.
+      // says so for both consumers; otherwise (dQ split by keys, or no dQ: deterministic) a barrier of the
+      // consumer's own here.
       if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
-      if (!kAccumulateDq && i > 0) named_sync(1 + w, 128);
+      if (!kSharedDs && i > 0) named_sync(1 + w, 128);
       CUTE_UNROLL
       for (int e = 0; e < size(tSrS); e += 2) {
         const int hr = row_slot(e);
@@ -470,23 +470,38 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     // buffer after this wait, and the barrier below passes that on to the consumer's threads.
     if (kAccumulateDq && !kWide && tid == 0) tma_store_wait<1>();
     named_sync(1 + w, 128);  // this consumer's P and dS are in place
-    if constexpr (kWide) {
+    // dV, dK and dQ. Except wide, dQ goes before dK and is waited for alone, so that its hand-off below (the
+    // stores, fence, barrier and TMA add) runs while dK is on the tensor cores (wgmma groups complete in the order
+    // they were committed). Wide, the hand-off writes into this step's Q and dO buffers, which dK reads.
+    constexpr bool kDqUnderDk = kAccumulateDq && !kWide;
+    if constexpr (kWide)
       issue_mma(mma_kv, thr_kv.partition_fragment_A(sdOt), thr_kv.partition_fragment_B(sPt_w), tVrdV, true);
-      issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_w), tKrdK, true);
-    } else {
+    else
       issue_mma(mma_kv, thr_kv.partition_fragment_A(sPt_w), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
-      issue_mma(mma_kv, thr_kv.partition_fragment_A(sdSt_w), thr_kv.partition_fragment_B(sQt), tKrdK, true);
-    }
+    auto issue_dk = [&] {
+      if constexpr (kWide)
+        issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_w), tKrdK, true);
+      else
+        issue_mma(mma_kv, thr_kv.partition_fragment_A(sdSt_w), thr_kv.partition_fragment_B(sQt), tKrdK, true);
+    };
+    if constexpr (!kDqUnderDk) issue_dk();
     if (kSharedDs) named_sync(kDsBarrier, 2 * 128);  // and the other's dS, which dQ reads too
     auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
     if (kAccumulateDq)
       issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(tVrdV);
-    warpgroup_fence_operand(tKrdK);
+    if constexpr (kDqUnderDk) issue_dk();
+    auto kv_done = [&] {  // dV and dK are complete, so this stage's Q, dO, LSE and D are read
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tVrdV);
+      warpgroup_fence_operand(tKrdK);
+      if (!kDqInStage) EmptyBarrier::arrive(&smem.empty[s]);
+    };
+    if constexpr (kDqUnderDk)
+      warpgroup_wait<1>();  // dV and dQ
+    else
+      kv_done();
     warpgroup_fence_operand(tQrdQ);
-    if (!kDqInStage) EmptyBarrier::arrive(&smem.empty[s]);  // Q, dO, LSE and D of this stage are read
-    if (kSharedDs && i + 1 < steps)
+    if (kSharedDs && i + 1 < steps)  // this consumer's dQ has read the other's dS
       asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
 
     if constexpr (kAccumulateDq) {
@@ -529,6 +544,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         }
       }
     }
+    if constexpr (kDqUnderDk) kv_done();
     row0 += kBlockM;
     if (row0 >= row_end) row0 = row_first, ++h;
   }
