@@ -37,7 +37,9 @@ else
 fi
 echo "candidate_lib: $name = $(git -C "$wt" log --oneline -1)"
 source scripts/device_options.sh
-cmake -S "$wt" -B "$wt/build-device" -DCMAKE_BUILD_TYPE=Release "${device_cmake_args[@]}" "$@" >/dev/null
+# -U first: a narrowing given to an earlier build of this candidate must not stay in its CMake cache.
+cmake -S "$wt" -B "$wt/build-device" -DCMAKE_BUILD_TYPE=Release "${device_cmake_args[@]}" \
+  -UFLASHTILE_CUDA_HEAD_DIMS -UFLASHTILE_CUDA_DTYPES "$@" >/dev/null
 if ! cmake --build "$wt/build-device" -j "$(nproc)" --target flashtile > "$wt/build-device/build.log" 2>&1; then
   grep -E -B2 -A6 "error" "$wt/build-device/build.log" | head -40 >&2
   echo "candidate_lib: the build of $name failed (whole log: $wt/build-device/build.log)" >&2
