@@ -328,31 +328,30 @@ TEST_F(CudaBackwardSm90, MasksGqaSoftcapLayouts) {
 // Rows with no visible key get gradients of exactly 0, keys no row sees too; empty sequences (which the sm80
 // kernels run: a TMA descriptor cannot have an extent of 0).
 TEST_F(CudaBackwardSm90, RowsAndKeysNobodySeesAndEmptySequences) {
-  Problem p = make_problem(1, 300, 40, 2, 1, 128, DType::kBFloat16);
-  p.options.causal = true;
-  expect_pass(p, 19000, Backend::kCudaSm90);
-  p = make_problem(1, 40, 300, 2, 2, 128, DType::kFloat16);
-  p.options.window_left = 3;
-  p.options.window_right = 0;
-  expect_pass(p, 19001, Backend::kCudaSm90);
-  expect_pass(make_problem(2, 0, 33, 2, 2, 128, DType::kBFloat16), 19002, Backend::kCudaSm90);
-  expect_pass(make_problem(2, 33, 0, 2, 2, 128, DType::kFloat16), 19003, Backend::kCudaSm90);
-  // The wide kernels (dQ staged in the Q and dO buffers) under the same masks: this test is the sanitizers' subset.
-  p = make_problem(1, 300, 40, 2, 1, 192, DType::kBFloat16);
-  p.options.causal = true;
-  expect_pass(p, 19004, Backend::kCudaSm90);
-  p = make_problem(1, 40, 300, 2, 2, 256, DType::kFloat16);
-  p.options.window_left = 3;
-  p.options.window_right = 0;
-  expect_pass(p, 19005, Backend::kCudaSm90);
-  // dQ split by rows (D = 64) and by keys (D = 96), each over several steps of a GQA group, so that the
-  // sanitizers see every barrier pattern of the step loop.
-  p = make_problem(1, 300, 200, 2, 1, 64, DType::kBFloat16);
-  p.options.causal = true;
-  expect_pass(p, 19006, Backend::kCudaSm90);
-  p = make_problem(1, 300, 200, 2, 1, 96, DType::kFloat16);
-  p.options.window_left = 50;
-  expect_pass(p, 19007, Backend::kCudaSm90);
+  // Masked cases (window -1: unbounded): D = 128 (dQ split by columns); the wide kernels (dQ staged in the Q and
+  // dO buffers); dQ split by rows (D = 64) and by keys (D = 96), each over several steps of a GQA group. This test
+  // is the sanitizers' subset, so it walks every barrier pattern of the step loop.
+  struct Masked {
+    int64_t sq, sk, hkv, d;
+    DType dtype;
+    bool causal;
+    int64_t left, right;
+  };
+  const Masked cases[] = {
+      {300, 40, 1, 128, DType::kBFloat16, true, -1, -1}, {40, 300, 2, 128, DType::kFloat16, false, 3, 0},
+      {300, 40, 1, 192, DType::kBFloat16, true, -1, -1}, {40, 300, 2, 256, DType::kFloat16, false, 3, 0},
+      {300, 200, 1, 64, DType::kBFloat16, true, -1, -1}, {300, 200, 1, 96, DType::kFloat16, false, 50, -1},
+  };
+  uint64_t seed = 19000;
+  for (const Masked& m : cases) {
+    Problem p = make_problem(1, m.sq, m.sk, 2, m.hkv, m.d, m.dtype);
+    p.options.causal = m.causal;
+    p.options.window_left = m.left;
+    p.options.window_right = m.right;
+    expect_pass(p, seed++, Backend::kCudaSm90);
+  }
+  expect_pass(make_problem(2, 0, 33, 2, 2, 128, DType::kBFloat16), seed++, Backend::kCudaSm90);
+  expect_pass(make_problem(2, 33, 0, 2, 2, 128, DType::kFloat16), seed++, Backend::kCudaSm90);
 }
 
 // The deterministic mode (the dK/dV kernel without dQ, then the sm80 dQ kernel on the padded D) against the

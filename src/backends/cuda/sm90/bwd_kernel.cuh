@@ -4,8 +4,8 @@
 //      to a multiple of kBwdStatsRowAlign (128) per head, so the main kernel copies a step's rows of each with one
 //      bulk copy;
 //   2. bwd_kernel: one CTA per (block of kBlockN keys: 128, or 64 above D = 128, batch, K/V head), walking the
-//      group's query heads and the
-//      blocks of kBlockM query rows (128 at D = 64, 64 above) that see its keys (a step):
+//      group's query heads and the blocks of kBlockM query rows (128 at D = 64, 64 above) that see its keys (a
+//      step):
 //      - warpgroup 0 is the producer: it gives its registers away (setmaxnreg), and one thread loads K and V
 //        once, then each step's Q and dO (TMA) and LSE and D (bulk copies) into a two-deep ring of buffers
 //        (mbarriers: full when the bytes have landed, empty when both consumers are done with them);
@@ -120,10 +120,9 @@ struct BwdTraits {
   using MmaSdP = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, HalfN, D>>()));
   // dV_w += P_w^T dO (64 keys x kHeadDim), or wide, dV_w^T += dO^T P_w (kHeadDim x 32 keys); dK likewise.
+  using KvMmaShape = std::conditional_t<kWide, cute::Shape<cute::_64, HalfN, M>, cute::Shape<cute::_64, D, M>>;
   using MmaKV = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<T, T, float,
-                                 std::conditional_t<kWide, cute::Shape<cute::_64, HalfN, M>, cute::Shape<cute::_64, D, M>>,
-                                 cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
+      cute::GMMA::ss_op_selector<T, T, float, KvMmaShape, cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
   using DkvShape = std::conditional_t<kWide, cute::Shape<D, HalfN>, cute::Shape<cute::_64, D>>;  // dK, dV tiles
   using MmaDQ = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, DqCols, DqKeys>, cute::GMMA::Major::K,
@@ -373,10 +372,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   clear(tKrdK);
   // Element e of S, dP (and P, dS) sits at tScS(e) within (kBlockM queries, this consumer's keys): in each
   // 64-row block m = e / kPerBlock a thread holds rows r and r + 8 ((e / 2) % 2 says which), columns 2t and 2t + 1
-  // of each 8-key block (e and e + 1); row_slot(e) numbers its 2 * kBlockM / 64 rows.
+  // of each 8-key block (e and e + 1); row_slot(e) numbers its 2 * kBlockM / 64 rows, and slot_row(slot) is the
+  // row (within the step) of a slot.
   auto tScS = thr_sdp.partition_C(make_identity_tensor(Shape<M, HalfN>{}));
   constexpr int kPerBlock = decltype(size<0>(tScS))::value, kRowSlots = 2 * kBlockM / 64;
   auto row_slot = [](int e) { return (e / 2) % 2 + 2 * (e / kPerBlock); };
+  auto slot_row = [&](int slot) { return static_cast<int>(get<0>(tScS(2 * (slot % 2) + kPerBlock * (slot / 2)))); };
   auto tSsP = thr_sdp.partition_C(sP_w);
   auto tSsdS = thr_sdp.partition_C(sdS_w);
   auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, DqCols>{}));
@@ -397,9 +398,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     float lse2[kRowSlots], delta[kRowSlots];  // this thread's rows
     CUTE_UNROLL
     for (int slot = 0; slot < kRowSlots; ++slot) {
-      const int r = get<0>(tScS(2 * (slot % 2) + kPerBlock * (slot / 2)));
-      lse2[slot] = smem.lse2[s][r];
-      delta[slot] = smem.delta[s][r];
+      lse2[slot] = smem.lse2[s][slot_row(slot)];
+      delta[slot] = smem.delta[s][slot_row(slot)];
     }
     const int last_query = min(row0 + kBlockM, f.seqlen_q) - 1;
     const bool full_tile = last_query + f.key_offset - f.window_left <= key_w0 &&
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         const int key_first = key_w0 + get<1>(tScS(0));
         CUTE_UNROLL
         for (int slot = 0; slot < kRowSlots; ++slot) {
-          const int query = row0 + get<0>(tScS(2 * (slot % 2) + kPerBlock * (slot / 2)));
+          const int query = row0 + slot_row(slot);
           lo[slot] = query + f.key_offset - f.window_left - key_first;
           hi[slot] = min(query + f.key_offset + f.window_right, f.seqlen_k - 1) - key_first;
         }
