@@ -19,8 +19,10 @@ endmacro()
 #   flashtile_cuda_instantiations(<out-var-with-sources>)
 function(flashtile_cuda_instantiations out_var)
   set(gen_dir ${PROJECT_BINARY_DIR}/generated/cuda)
-  # Head dims with their own FwdConfigHopper row in src/backends/cuda/sm80/fwd_config.hpp (keep the two in step).
-  set(hopper_rows 64 128)
+  # Head dims with their own FwdConfigHopper row in src/backends/cuda/sm80/fwd_config.hpp, and those with a
+  # FwdConfigHopperLong row too (keep these lists and the file in step).
+  set(hopper_rows 64 128 192 256)
+  set(hopper_long_rows 128)
   file(MAKE_DIRECTORY ${gen_dir})
   set(cpp_type_bf16 __nv_bfloat16)
   set(cpp_type_fp16 __half)
@@ -48,11 +50,16 @@ function(flashtile_cuda_instantiations out_var)
       endif()
       flashtile_generated_tu(fwd_sm80_${dt}_hdim${hd} sm80/fwd_launch.cuh sm80
         "launch_fwd<${cpp_type_${dt}}, ${hd}, kV2, FwdConfig<${hd}>>(const FwdKernelParams&, cudaStream_t)")
-      string(APPEND entries "    {${enum_${dt}}, ${hd}, 8, &launch_fwd<${cpp_type_${dt}}, ${hd}, kV2, FwdConfig<${hd}>>, FwdTraits<${hd}>::kBlockM, FwdTraits<${hd}>::kSmemBytes},\n")
+      string(APPEND entries "    {${enum_${dt}}, ${hd}, 8, false, &launch_fwd<${cpp_type_${dt}}, ${hd}, kV2, FwdConfig<${hd}>>, FwdTraits<${hd}>::kBlockM, FwdTraits<${hd}>::kSmemBytes},\n")
       if(hd IN_LIST hopper_rows)  # a Hopper row of fwd_config.hpp (FwdConfigHopper), chosen on sm_90 devices
         flashtile_generated_tu(fwd_sm80_${dt}_hdim${hd}_hopper sm80/fwd_launch.cuh sm80
           "launch_fwd<${cpp_type_${dt}}, ${hd}, kV2, FwdConfigHopper<${hd}>>(const FwdKernelParams&, cudaStream_t)")
-        string(APPEND entries "    {${enum_${dt}}, ${hd}, 9, &launch_fwd<${cpp_type_${dt}}, ${hd}, kV2, FwdConfigHopper<${hd}>>, FwdTraits<${hd}, FwdConfigHopper<${hd}>>::kBlockM, FwdTraits<${hd}, FwdConfigHopper<${hd}>>::kSmemBytes},\n")
+        string(APPEND entries "    {${enum_${dt}}, ${hd}, 9, false, &launch_fwd<${cpp_type_${dt}}, ${hd}, kV2, FwdConfigHopper<${hd}>>, FwdTraits<${hd}, FwdConfigHopper<${hd}>>::kBlockM, FwdTraits<${hd}, FwdConfigHopper<${hd}>>::kSmemBytes},\n")
+      endif()
+      if(hd IN_LIST hopper_long_rows)  # FwdConfigHopperLong: sm_90, calls with no mask and many keys
+        flashtile_generated_tu(fwd_sm80_${dt}_hdim${hd}_hopper_long sm80/fwd_launch.cuh sm80
+          "launch_fwd<${cpp_type_${dt}}, ${hd}, kV2, FwdConfigHopperLong<${hd}>>(const FwdKernelParams&, cudaStream_t)")
+        string(APPEND entries "    {${enum_${dt}}, ${hd}, 9, true, &launch_fwd<${cpp_type_${dt}}, ${hd}, kV2, FwdConfigHopperLong<${hd}>>, FwdTraits<${hd}, FwdConfigHopperLong<${hd}>>::kBlockM, FwdTraits<${hd}, FwdConfigHopperLong<${hd}>>::kSmemBytes},\n")
       endif()
       if(sm90)
         flashtile_generated_tu(fwd_sm90_${dt}_hdim${hd} sm90/fwd_launch.cuh sm90
@@ -107,22 +114,26 @@ struct Entry {
   DType dtype;
   int head_dim;
   int cc_major;  // 8: any sm80+ device; 9: a Hopper-only tile configuration
+  bool long_unmasked;  // FwdConfigHopperLong: only for calls with no mask and kLongKeys keys or more
   FwdLauncher launch;
   int block_m, smem_bytes;
 };
 constexpr Entry kEntries[] = {
-${entries}    {DType::kFloat32, 0, 0, nullptr, 0, 0},  // end
+${entries}    {DType::kFloat32, 0, 0, false, nullptr, 0, 0},  // end
 };
 }  // namespace
 
-FwdKernelInfo find_fwd(DType dtype, int head_dim, int cc_major) {
+FwdKernelInfo find_fwd(DType dtype, int head_dim, int cc_major, int smem_optin, int unmasked_keys) {
   FwdKernelInfo best;
-  int best_major = 0;
+  int best_rank = -1;  // among rows of the same head dim: portable 0, Hopper 1, Hopper long 2
   for (const Entry& e : kEntries) {
-    if (!e.launch || e.dtype != dtype || e.head_dim < head_dim || (e.cc_major == 9 && cc_major != 9)) continue;
+    if (!e.launch || e.dtype != dtype || e.head_dim < head_dim) continue;
+    if (e.cc_major == 9 && (cc_major != 9 || e.smem_bytes > smem_optin)) continue;
+    if (e.long_unmasked && unmasked_keys < kLongKeys) continue;
+    const int rank = e.cc_major == 9 ? 1 + e.long_unmasked : 0;
     const bool smaller = !best.launch || e.head_dim < best.head_dim;
-    const bool same_but_hopper = best.launch && e.head_dim == best.head_dim && e.cc_major > best_major;
-    if (smaller || same_but_hopper) best = {e.launch, e.head_dim, e.block_m, e.smem_bytes}, best_major = e.cc_major;
+    if (smaller || (e.head_dim == best.head_dim && rank > best_rank))
+      best = {e.launch, e.head_dim, e.block_m, e.smem_bytes}, best_rank = rank;
   }
   return best;
 }

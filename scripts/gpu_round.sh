@@ -10,7 +10,8 @@
 #      backward alone (default mode), benchAdet: the backward's deterministic mode (both on BWD_BACKENDS, default
 #      cuda-sm80; cuda-sm90 for the Hopper backward); peersA: peers.py's grid A (PyTorch flash = FA2, cuDNN).
 #   smallsmem: the backward as an A100 (163 KB) and a 99 KB GPU would run it (FLASHTILE_CUDA_SMEM_LIMIT);
-#   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs);
+#   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs) and
+#     bench/kernels/mma_sync_peak (mma.sync's dense rate);
 #   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper forward's harness);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
@@ -69,9 +70,10 @@ if want wgmma; then  # the Hopper harness: wgmma products checked against the sm
   timeout 120 build-device/sm90_fwd_wgmma 2>&1 | tee "$out/sm90-wgmma.txt"
 fi
 
-if want tiles; then
+if want tiles; then  # the tile rows, then mma.sync's own dense rate (the sm80 kernels' ceiling)
   echo "== sm80 forward tile configurations"
-  timeout 120 build-device/sm80_fwd_tiles | tee "$out/sm80-tiles.txt"
+  timeout 300 build-device/sm80_fwd_tiles | tee "$out/sm80-tiles.txt"
+  timeout 60 build-device/mma_sync_peak | tee -a "$out/sm80-tiles.txt"
 fi
 
 if want tests; then  # the forward families in separate processes: a crash in one cannot poison the other's context

@@ -1,7 +1,7 @@
 // Development harness: the sm80 forward kernel under other configurations than the library's (other tile rows,
 // written as structs with fwd_config.hpp's fields, or the library's row with one field changed),
-// timed side by side on one GPU (CUDA events, median of 20 after warm-up), each checked against the library's
-// configuration for agreement. Not part of the library; results and decisions go to docs/perf-log.md.
+// timed side by side on one GPU (sustained: harness::median_ms), each checked against the library's configuration
+// for agreement (within 2% of the largest output: other tile shapes round differently). Not part of the library; results and decisions go to docs/perf-log.md.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/kernels/sm80_fwd_tiles.cu
 #include <cuda_bf16.h>
 
@@ -23,10 +23,10 @@ struct Problem {
 };
 
 // Any other row, field by field as in fwd_config.hpp.
-template <int kBlockN_, int kNWarps_, int kMSlices_, int kStages_, bool kSkipRescale_ = true>
+template <int kBlockN_, int kNWarps_, int kMSlices_, int kStages_, bool kSkipRescale_, bool kKvRing_>
 struct Row {
   static constexpr int kBlockN = kBlockN_, kNWarps = kNWarps_, kMSlices = kMSlices_, kStages = kStages_;
-  static constexpr bool kSkipRescale = kSkipRescale_;
+  static constexpr bool kSkipRescale = kSkipRescale_, kKvRing = kKvRing_;
 };
 
 template <int D, typename Config>
@@ -42,7 +42,7 @@ float time_config(const Problem& pr, const void* q, const void* k, const void* v
 
 template <int D, typename Config>
 void run(const char* name, const Problem& pr, const void* q, const void* k, const void* v, void* o, float* lse,
-         const std::vector<uint16_t>* reference) {
+         const std::vector<uint16_t>* reference, const uint16_t* reference_dev) {
   using Traits = FwdTraits<D, Config>;
   const size_t n = size_t(pr.batch) * pr.seqlen * pr.heads * pr.dim;
   CHECK(cudaMemset(o, 0xff, n * 2));
@@ -50,13 +50,18 @@ void run(const char* name, const Problem& pr, const void* q, const void* k, cons
   std::vector<uint16_t> out(n);
   CHECK(cudaMemcpy(out.data(), o, n * 2, cudaMemcpyDeviceToHost));
   size_t differ = 0;
-  if (reference)
+  harness::Agreement agree;
+  if (reference) {
     for (size_t i = 0; i < n; ++i) differ += out[i] != (*reference)[i];
+    agree = harness::compare(static_cast<const uint16_t*>(o), reference_dev, n);
+  }
   const double flops = 4.0 * pr.batch * pr.heads * double(pr.seqlen) * pr.seqlen * pr.dim / (pr.causal ? 2 : 1);
   std::printf("D%-3d S%-5d %-6s %-28s %8.3f ms %7.1f TFLOP/s  smem %3d KB  %s\n", D, pr.seqlen,
               pr.causal ? "causal" : "full", name, ms, flops / ms / 1e9, Traits::kSmemBytes / 1024,
-              reference ? (differ ? "outputs differ from the table's config (rounding order)" : "bitwise equal")
-                        : "(the table's config)");
+              !reference ? "(the table's config)"
+              : !differ  ? "bitwise equal"
+              : agree.ok() ? "agrees (rounding order differs)"
+                           : "DISAGREES with the table's config");
 }
 
 // The library's row for D on the machine this runs on (the H200: FwdConfigHopper) is the reference.
@@ -72,23 +77,36 @@ void sweep(const Problem& pr, const char* const* names) {
   CHECK(cudaMalloc(&lse, size_t(pr.batch) * pr.heads * pr.seqlen * 4));
   void* qkv[3] = {q, k, v};
   for (int i = 0; i < 3; ++i) CHECK(cudaMemcpy(qkv[i], inputs[i].data(), n * 2, cudaMemcpyHostToDevice));
-  run<D, FwdConfigHopper<D>>("table", pr, q, k, v, o, lse, nullptr);
+  run<D, FwdConfigHopper<D>>("table", pr, q, k, v, o, lse, nullptr, nullptr);
   std::vector<uint16_t> ref(n);
   CHECK(cudaMemcpy(ref.data(), o, n * 2, cudaMemcpyDeviceToHost));
+  void* ref_dev;
+  CHECK(cudaMalloc(&ref_dev, n * 2));
+  CHECK(cudaMemcpy(ref_dev, o, n * 2, cudaMemcpyDeviceToDevice));
   int i = 0;
-  (run<D, Configs>(names[i++], pr, q, k, v, o, lse, &ref), ...);
-  for (void* p : {q, k, v, o}) CHECK(cudaFree(p));
+  (run<D, Configs>(names[i++], pr, q, k, v, o, lse, &ref, static_cast<const uint16_t*>(ref_dev)), ...);
+  for (void* p : {q, k, v, o, ref_dev}) CHECK(cudaFree(p));
   CHECK(cudaFree(lse));
 }
 
 int main() {
   // The tile rows were chosen by earlier sweeps of this harness (docs/perf-log.md, bench/results/...-sm80-tiles,
-  // ...-sm80-fwd-short). D = 128's Hopper row moved to one K/V stage (v9); this run measures D = 256, whose
-  // S = 512 full row is the last of grid A below FA2 (0.98-0.99x), against rows with other CTA shapes.
-  static const char* const names[] = {"8 warps M128 N64 1 stage", "N32 2 stages", "N32 1 stage"};
+  // ...-sm80-fwd-short, ...-sm80-fwd-power). This run measures the K/V ring (fwd_kv_pipeline.cuh): D = 256's
+  // Hopper row is now eight warps of 128 rows on the ring, against the four-warp row it replaced, the same
+  // eight-warp shape behind CTA barriers (v10), and 32-key tiles; then the ring at the other head dims.
+  // Grid A's shapes: B = 16384 / S, H = 2048 / D (10 at D = 192).
   for (bool causal : {false, true})
-    for (int s : {512, 2048, 16384})
-      sweep<256, Row<64, 8, 1, 1, false>, Row<32, 4, 1, 2, false>, Row<32, 4, 1, 1, false>>(
-          {16384 / s, s, 8, 256, causal}, names);
+    for (int s : {512, 2048, 16384}) {
+      static const char* const d256[] = {"4 warps M64 N64 1 stage (v9)", "8 warps M128 N64 2 stages barriers",
+                                         "8 warps M128 N32 ring"};
+      sweep<256, Row<64, 4, 1, 1, false, false>, Row<64, 8, 1, 2, false, false>, Row<32, 8, 1, 2, false, true>>(
+          {16384 / s, s, 8, 256, causal}, d256);
+      static const char* const d192[] = {"8 warps M128 N64 ring"};
+      sweep<192, Row<64, 8, 1, 2, false, true>>({16384 / s, s, 10, 192, causal}, d192);
+      static const char* const d128[] = {"4 warps M128 N64 ring", "8 warps M256 N64 ring"};
+      sweep<128, Row<64, 4, 2, 2, true, true>, Row<64, 8, 2, 2, true, true>>({16384 / s, s, 16, 128, causal}, d128);
+      static const char* const d64[] = {"4 warps M128 N128 ring"};
+      sweep<64, Row<128, 4, 2, 2, true, true>>({16384 / s, s, 32, 64, causal}, d64);
+    }
   return 0;
 }

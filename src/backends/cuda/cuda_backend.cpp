@@ -164,7 +164,9 @@ Status check_smem(int needed, int head_dim, const DeviceInfo& prop) {
 // The one place that decides whether the sm80 forward runs a call, and with which instantiation.
 Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKernelInfo* kernel) {
   if (Status s = check_cuda_problem(p, prop, "forward"); !s.ok()) return s;
-  *kernel = sm80::find_fwd(p.dtype, static_cast<int>(p.head_dim), prop.major);
+  const bool unmasked = p.keys.left < 0 && p.keys.right < 0;
+  *kernel = sm80::find_fwd(p.dtype, static_cast<int>(p.head_dim), prop.major, prop.smem_optin,
+                           unmasked ? static_cast<int>(p.seqlen_k) : 0);
   if (kernel->launch == nullptr)
     return unsupported("head_dim " + std::to_string(p.head_dim) + " " + dtype_name(p.dtype) +
                        ": this build has no kernel for it (see FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES)");

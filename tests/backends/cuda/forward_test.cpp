@@ -110,6 +110,12 @@ TEST_P(CudaForward, RowsWithNoVisibleKey) {
   p.options.window_right = -1;
   p.options.causal = true;  // window (0, 0): each row sees only its diagonal key
   expect_pass(p, 4001, GetParam());
+  // D = 256, where sm80's Hopper row hands K/V tiles over through mbarriers and each warp skips the tiles
+  // hidden from its rows: whole warps of a 128-row block see no key, and the ring walks several tiles (also
+  // under compute-sanitizer, whose subset includes this test).
+  p = make_problem({1, 300, 200, 2, 1, 256}, DType::kBFloat16);
+  p.options.causal = true;
+  expect_pass(p, 4002, GetParam());
 }
 
 TEST_P(CudaForward, EmptyProblems) {
@@ -119,14 +125,17 @@ TEST_P(CudaForward, EmptyProblems) {
 }
 
 // The forward is bitwise deterministic: two runs on the same inputs agree in every bit.
+// (D = 256 too: the sm80 Hopper row's warps drift apart on its K/V ring, but each one's arithmetic is fixed.)
 TEST_P(CudaForward, BitwiseDeterministic) {
-  Problem p = make_problem({4, 1000, 1000, 8, 2, 128}, DType::kBFloat16);
-  p.options.causal = true;
-  verify::Case a = verify::Case::make(p, 6000, false), b = verify::Case::make(p, 6000, false);
-  ASSERT_TRUE(verify::run_forward(a, GetParam(), Device::kCUDA).ok());
-  ASSERT_TRUE(verify::run_forward(b, GetParam(), Device::kCUDA).ok());
-  EXPECT_EQ(a.out.to_doubles(), b.out.to_doubles());
-  EXPECT_EQ(a.lse.to_doubles(), b.lse.to_doubles());
+  for (int64_t d : {128, 256}) {
+    Problem p = make_problem({4, 1000, 1000, 8, 2, d}, DType::kBFloat16);
+    p.options.causal = true;
+    verify::Case a = verify::Case::make(p, 6000, false), b = verify::Case::make(p, 6000, false);
+    ASSERT_TRUE(verify::run_forward(a, GetParam(), Device::kCUDA).ok());
+    ASSERT_TRUE(verify::run_forward(b, GetParam(), Device::kCUDA).ok());
+    EXPECT_EQ(a.out.to_doubles(), b.out.to_doubles()) << "D = " << d;
+    EXPECT_EQ(a.lse.to_doubles(), b.lse.to_doubles()) << "D = " << d;
+  }
 }
 
 // Large shapes and grid limits: sampled rows against the oracle, every element written.
@@ -144,6 +153,19 @@ TEST_P(CudaForward, LargeShapes) {
   p.options.causal = true;
   expect_large_pass(p, 7000, GetParam());
   expect_large_pass(make_problem({1, 8192, 8192, 8, 2, 64}, DType::kFloat16), 7001, GetParam());
+  // D = 256 over a hundred K/V tiles (the ring's barriers through many phases), causal and with a window that
+  // leaves each 128-row block a band of tiles whose first and last ones some warps skip.
+  p = make_problem({2, 6000, 6000, 4, 2, 256}, DType::kBFloat16);
+  p.options.causal = true;
+  expect_large_pass(p, 7002, GetParam());
+  p.options.causal = false;
+  p.options.window_left = 700, p.options.window_right = 90;
+  expect_large_pass(p, 7003, GetParam());
+  // No mask and 2048 keys or more: sm80's long row on Hopper (256 query rows a block), also with seqlens off its
+  // tiles and GQA, and just below the threshold (the ordinary row).
+  expect_large_pass(make_problem({1, 4096, 4096, 8, 8, 128}, DType::kFloat16), 7004, GetParam());
+  expect_pass(make_problem({2, 300, 2500, 4, 2, 128}, DType::kBFloat16), 7005, GetParam());
+  expect_pass(make_problem({1, 257, 2047, 2, 2, 120}, DType::kBFloat16), 7006, GetParam());
 }
 
 // More than 65535 CTAs: (query blocks) x batch x heads = 1 x 70000 x 1.

@@ -1,16 +1,17 @@
 // The sm80 forward kernel, FlashAttention-2 schedule (the seeds' v2):
 //   - one CTA per (query block of kBlockM rows, batch x head): parallel over the sequence length;
 //   - warps split Q (each owns kMSlices x 16 rows and every key), so a row's max and sum never leave its warp;
-//   - K/V tiles are the inner loop, loaded with cp.async while the tensor cores work: with kStages = 2 the
-//     next tile's K and V land in the second buffers during this tile's Q K^T and P V; with one stage, K of
-//     the next tile loads during P V and V of this tile during Q K^T;
+//   - K/V tiles are the inner loop, loaded with cp.async while the tensor cores work, in one of three schedules
+//     (one stage, two stages, or a ring of two stages handed over through mbarriers: fwd_kv_pipeline.cuh);
 //   - the running max and sum stay in registers, O is rescaled only when the max moves, and the division by
 //     the sum happens once per row in the epilogue;
 //   - scores go to exp2 through one FMA with the softmax scale folded in (scale * log2 e);
-//   - tiles the mask hides entirely are never visited, and masking code runs only on tiles that need it.
+//   - tiles the mask hides entirely are never visited (with the ring, a warp also skips those hidden from all of
+//     its own rows), and masking code runs only on tiles that need it.
 //
 // Shared memory (T = bf16 or fp16), rows padded to kRowStride elements:
-//   sQ (kBlockM x kHeadDim), sK [kStages] (kBlockN x kHeadDim), sV [kStages] (kBlockN x kHeadDim)
+//   sQ (kBlockM x kHeadDim), sK [kStages] (kBlockN x kHeadDim), sV [kStages] (kBlockN x kHeadDim),
+//   then (kKvRing) the ring's eight mbarriers
 // Registers per thread: acc_o [kMSlices][kHeadDim/8][4] fp32, acc_s [kMSlices][kBlockN/8][4] fp32.
 #pragma once
 
@@ -19,6 +20,7 @@
 
 #include "backends/cuda/fwd_kernel_params.hpp"
 #include "backends/cuda/sm80/fwd_launch.hpp"
+#include "backends/cuda/sm80/fwd_kv_pipeline.cuh"
 #include "backends/cuda/sm80/fwd_tile.cuh"
 
 namespace flashtile::cuda::sm80 {
@@ -33,6 +35,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sK = sQ + kBlockM * kStride;
   T* sV = sK + kStages * kTileElems;
+  KvRingBarriers* ring = reinterpret_cast<KvRingBarriers*>(sV + kStages * kTileElems);  // kKvRing rows only
+  static_assert(!Traits::kKvRing || !(kVariant & kSequentialQBlocks), "the ring's barriers serve one query block");
+  KvPipeline<Traits, T>::init(ring);
 
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group and column pair (ptx.cuh, mma_16x8x16)
@@ -55,6 +60,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
     const int key_end = min(p.seqlen_k, row_last + p.key_offset + p.window_right + 1);
     const int n_first = key_begin / kBlockN;
     const int n_last = key_begin < key_end ? (key_end - 1) / kBlockN : n_first - 1;
+    // This warp's rows: from the first of its first slice to the last real one of its last slice.
+    const int warp_first = row0 + slice_row<Traits>(0);
+    const int warp_last = min(row0 + slice_row<Traits>(kMSlices - 1) + 15, p.seqlen_q - 1);
 
     float acc_o[kMSlices][kDB][4];
     float row_max[kMSlices][2], row_sum[kMSlices][2];  // per fragment row (g, g + 8), in raw score units
@@ -66,124 +74,102 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
       row_sum[s][0] = row_sum[s][1] = 0.0f;
     }
 
+    KvPipeline<Traits, T> kv{sK, sV, ring, k_head, v_head, p.k_stride[1], p.v_stride[1], p.seqlen_k, p.head_dim,
+                             n_first, n_last};
     if (n_first <= n_last) {
       if (kVariant & kSequentialQBlocks) __syncthreads();  // sQ is reused by the next query block
       load_rows_async<Traits, kBlockM>(sQ, q_head, p.q_stride[1], row0, p.seqlen_q, p.head_dim);
-      load_rows_async<Traits, kBlockN>(sK, k_head, p.k_stride[1], n_first * kBlockN, p.seqlen_k, p.head_dim);
-      cp_async_commit();
-      if constexpr (kStages == 2) {
-        load_rows_async<Traits, kBlockN>(sV, v_head, p.v_stride[1], n_first * kBlockN, p.seqlen_k, p.head_dim);
-        cp_async_commit();
-      }
+      kv.prologue();
     }
 
     for (int n_block = n_first; n_block <= n_last; ++n_block) {
       const int col0 = n_block * kBlockN;
-      // One tile, compiled twice: with the mask for the tiles at the mask's edges, without it for the rest.
+      // A tile that none of this warp's rows sees (a 128-row block's last tiles under a causal mask) changes
+      // nothing for them (p = 0, the max stays): with the ring the warp only takes part in the loads and
+      // hand-overs, and the time it saves goes to the others. (Behind CTA barriers the warp would wait for the
+      // others at the next barrier anyway, and the branch made D = 64's row spill 470 bytes instead of 100.)
+      const bool visible = !Traits::kKvRing || !tile_hidden<Traits>(p, warp_first, warp_last, col0);
+      // One tile, compiled twice: with the mask for the tiles at the mask's edges (for this warp's rows), without
+      // it for the rest.
       auto tile_step = [&](auto masked) {
-        // Copy groups in flight, oldest first. Two stages: [K(n), V(n)] on entry; K(n+1) is added and the
-        // wait leaves the newest two pending. One stage: [K(n)].
-        const int stage = kStages == 2 ? (n_block - n_first) & 1 : 0;
-        const T* sK_n = sK + stage * kTileElems;
-        const T* sV_n = sV + stage * kTileElems;
-        if constexpr (kStages == 2) {
-          if (n_block < n_last)  // the other buffer was last read by Q K^T of tile n - 1, before its barrier
-            load_rows_async<Traits, kBlockN>(sK + (stage ^ 1) * kTileElems, k_head, p.k_stride[1], col0 + kBlockN,
-                                             p.seqlen_k, p.head_dim);
-          cp_async_commit();  // possibly empty: keeps the group count the waits rely on
-          cp_async_wait<2>();
-        } else {
-          cp_async_wait<0>();
-        }
-        __syncthreads();  // K(n) (and Q) visible to every warp; every warp is done with the V buffer it reuses
-        if constexpr (kStages == 1) {
-          load_rows_async<Traits, kBlockN>(sV, v_head, p.v_stride[1], col0, p.seqlen_k, p.head_dim);
-          cp_async_commit();
-        }
-
+        kv.before_scores(n_block);
         // S = Q K^T for this warp's rows.
         float acc_s[kMSlices][kNB][4];
-        tile_scores<Traits, T>(sQ, sK_n, acc_s);
-
-        cap_and_mask<Traits, kSoftcap, decltype(masked)::value>(p, row0, col0, acc_s);
-
-        // Online softmax. A row's 4 owners (lanes 4g..4g+3) agree on its max through two shuffles.
-        float o_scale[kMSlices][2];
-        bool max_moved = false;
-#pragma unroll
-        for (int s = 0; s < kMSlices; ++s)
-#pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            float mx = row_max[s][hr];
-#pragma unroll
-            for (int n = 0; n < kNB; ++n) mx = fmaxf(mx, fmaxf(acc_s[s][n][2 * hr], acc_s[s][n][2 * hr + 1]));
-            mx = quad_max(mx);
-            const float shift = mx == -INFINITY ? 0.0f : mx * p.scale_log2;  // a row with no key yet
-            const float alpha = exp2_approx(row_max[s][hr] * p.scale_log2 - shift);
-            row_max[s][hr] = mx;
-            float sum = 0.0f;
-#pragma unroll
-            for (int n = 0; n < kNB; ++n)
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const float pe = exp2_approx(fmaf(acc_s[s][n][2 * hr + e], p.scale_log2, -shift));
-                acc_s[s][n][2 * hr + e] = pe;
-                sum += pe;
-              }
-            if (kVariant & kRescaleEveryStep) {  // FA1 keeps full sums: reduce across the row's 4 owners now
-              sum = quad_sum(sum);
-            }
-            // FA1 stores O normalised, so it first multiplies back by the old sum; FA2 only rescales.
-            o_scale[s][hr] = (kVariant & kRescaleEveryStep) ? alpha * row_sum[s][hr] : alpha;
-            max_moved |= o_scale[s][hr] != 1.0f;
-            row_sum[s][hr] = row_sum[s][hr] * alpha + sum;
-          }
-        // alpha is exactly 1 for a row whose max did not move, as for most rows once the max has settled: the
-        // warp skips the kMSlices * kHeadDim / 2 multiplies unless one of its rows moved (where the table says
-        // the vote pays, fwd_config.hpp).
-        if (!Traits::kSkipRescale || __any_sync(0xffffffffu, max_moved)) {
-#pragma unroll
-          for (int s = 0; s < kMSlices; ++s)
-#pragma unroll
-            for (int d = 0; d < kDB; ++d) {
-              acc_o[s][d][0] *= o_scale[s][0], acc_o[s][d][1] *= o_scale[s][0];
-              acc_o[s][d][2] *= o_scale[s][1], acc_o[s][d][3] *= o_scale[s][1];
-            }
+        if (visible) {
+          tile_scores<Traits, T>(sQ, kv.k_tile(n_block), acc_s);
+          cap_and_mask<Traits, kSoftcap, decltype(masked)::value>(p, row0, col0, acc_s);
         }
+        kv.after_scores(n_block);
 
-        if constexpr (kStages == 2) {
-          if (n_block < n_last)  // the other buffer was last read by P V of tile n - 1, before the barrier above
-            load_rows_async<Traits, kBlockN>(sV + (stage ^ 1) * kTileElems, v_head, p.v_stride[1], col0 + kBlockN,
-                                             p.seqlen_k, p.head_dim);
-          cp_async_commit();
-          cp_async_wait<2>();
-        } else {
-          cp_async_wait<0>();
-        }
-        __syncthreads();  // V(n) visible to every warp; every warp is done with K(n)
-        if constexpr (kStages == 1) {
-          if (n_block < n_last) {
-            load_rows_async<Traits, kBlockN>(sK, k_head, p.k_stride[1], col0 + kBlockN, p.seqlen_k, p.head_dim);
-            cp_async_commit();
-          }
-        }
-
-        // O += P V, with P taken straight from the S accumulators (their layout is the A fragment's).
-        tile_accumulate_pv<Traits, T>(acc_s, sV_n, acc_o);
-
-        if (kVariant & kRescaleEveryStep) {
-          // FA1's per-step normalisation: O holds the normalised output after every tile.
+        if (visible) {
+          // Online softmax. A row's 4 owners (lanes 4g..4g+3) agree on its max through two shuffles.
+          float o_scale[kMSlices][2];
+          bool max_moved = false;
 #pragma unroll
           for (int s = 0; s < kMSlices; ++s)
 #pragma unroll
             for (int hr = 0; hr < 2; ++hr) {
-              const float inv = row_sum[s][hr] > 0.0f ? 1.0f / row_sum[s][hr] : 0.0f;
+              float mx = row_max[s][hr];
 #pragma unroll
-              for (int d = 0; d < kDB; ++d) acc_o[s][d][2 * hr] *= inv, acc_o[s][d][2 * hr + 1] *= inv;
+              for (int n = 0; n < kNB; ++n) mx = fmaxf(mx, fmaxf(acc_s[s][n][2 * hr], acc_s[s][n][2 * hr + 1]));
+              mx = quad_max(mx);
+              const float shift = mx == -INFINITY ? 0.0f : mx * p.scale_log2;  // a row with no key yet
+              const float alpha = exp2_approx(row_max[s][hr] * p.scale_log2 - shift);
+              row_max[s][hr] = mx;
+              float sum = 0.0f;
+#pragma unroll
+              for (int n = 0; n < kNB; ++n)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                  const float pe = exp2_approx(fmaf(acc_s[s][n][2 * hr + e], p.scale_log2, -shift));
+                  acc_s[s][n][2 * hr + e] = pe;
+                  sum += pe;
+                }
+              if (kVariant & kRescaleEveryStep) {  // FA1 keeps full sums: reduce across the row's 4 owners now
+                sum = quad_sum(sum);
+              }
+              // FA1 stores O normalised, so it first multiplies back by the old sum; FA2 only rescales.
+              o_scale[s][hr] = (kVariant & kRescaleEveryStep) ? alpha * row_sum[s][hr] : alpha;
+              max_moved |= o_scale[s][hr] != 1.0f;
+              row_sum[s][hr] = row_sum[s][hr] * alpha + sum;
             }
+          // alpha is exactly 1 for a row whose max did not move, as for most rows once the max has settled: the
+          // warp skips the kMSlices * kHeadDim / 2 multiplies unless one of its rows moved (where the table says
+          // the vote pays, fwd_config.hpp).
+          if (!Traits::kSkipRescale || __any_sync(0xffffffffu, max_moved)) {
+#pragma unroll
+            for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+              for (int d = 0; d < kDB; ++d) {
+                acc_o[s][d][0] *= o_scale[s][0], acc_o[s][d][1] *= o_scale[s][0];
+                acc_o[s][d][2] *= o_scale[s][1], acc_o[s][d][3] *= o_scale[s][1];
+              }
+          }
         }
+
+        kv.before_pv(n_block);
+        if (visible) {
+          // O += P V, with P taken straight from the S accumulators (their layout is the A fragment's).
+          tile_accumulate_pv<Traits, T>(acc_s, kv.v_tile(n_block), acc_o);
+
+          if (kVariant & kRescaleEveryStep) {
+            // FA1's per-step normalisation: O holds the normalised output after every tile.
+#pragma unroll
+            for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+              for (int hr = 0; hr < 2; ++hr) {
+                const float inv = row_sum[s][hr] > 0.0f ? 1.0f / row_sum[s][hr] : 0.0f;
+#pragma unroll
+                for (int d = 0; d < kDB; ++d) acc_o[s][d][2 * hr] *= inv, acc_o[s][d][2 * hr + 1] *= inv;
+              }
+          }
+        }
+        kv.after_pv(n_block);
       };
-      if (tile_fully_visible<Traits>(p, row0, col0, row_last))
+      // Behind CTA barriers every warp must take the same instantiation (each holds its own __syncthreads), so
+      // the test is the block's; the ring lets each warp test its own rows.
+      if (Traits::kKvRing ? tile_fully_visible<Traits>(p, warp_first, col0, warp_last)
+                          : tile_fully_visible<Traits>(p, row0, col0, row_last))
         tile_step(std::false_type{});
       else
         tile_step(std::true_type{});

@@ -32,10 +32,16 @@ using cuda::FwdLauncher;
 template <typename T, int kHeadDim>
 cudaError_t launch_fwd_fa1(const FwdKernelParams& params, cudaStream_t stream);
 
+// Keys from which a call with no mask takes FwdConfigHopperLong's row (fwd_config.hpp).
+constexpr int kLongKeys = 2048;
+
 // The smallest instantiated head dim >= head_dim for dtype (generated: fwd_registry.cu), with the Hopper tile
-// configuration where one exists and the device is sm_90 (cc_major == 9). launch is null when this build has
-// none (CMake FLASHTILE_CUDA_HEAD_DIMS / FLASHTILE_CUDA_DTYPES left it out).
-FwdKernelInfo find_fwd(DType dtype, int head_dim, int cc_major = 8);
+// configuration where one exists, the device is sm_90 (cc_major == 9) and a block may take its shared memory
+// (smem_optin bytes: FLASHTILE_CUDA_SMEM_LIMIT may lower it below the device's, and the portable row then runs);
+// on such a device the long row where one exists and unmasked_keys (the call's keys when it has no mask, else 0)
+// is at least kLongKeys. launch is null when this build has none (CMake FLASHTILE_CUDA_HEAD_DIMS /
+// FLASHTILE_CUDA_DTYPES left it out).
+FwdKernelInfo find_fwd(DType dtype, int head_dim, int cc_major = 8, int smem_optin = 1 << 30, int unmasked_keys = 0);
 
 // The seeds' ablation (bf16, head dim 128 only): v2 with FA1's per-step rescale, or without sequence
 // parallelism. null when this build left bf16 / 128 out.

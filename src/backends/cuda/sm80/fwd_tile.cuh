@@ -100,6 +100,14 @@ __device__ __forceinline__ bool tile_fully_visible(const FwdKernelParams& p, int
          row0 + p.key_offset + p.window_right >= col0 + Traits::kBlockN - 1 && col0 + Traits::kBlockN <= p.seqlen_k;
 }
 
+// Whether no query in [first_query, last_query] sees any key of the tile starting at key col0 (an empty range
+// counts as hidden).
+template <typename Traits>
+__device__ __forceinline__ bool tile_hidden(const FwdKernelParams& p, int first_query, int last_query, int col0) {
+  return last_query < first_query || col0 > last_query + p.key_offset + p.window_right ||
+         col0 + Traits::kBlockN - 1 < first_query + p.key_offset - p.window_left;
+}
+
 // Softcap, then (kMasked) the mask, on a tile of scores; hidden scores become -inf. Callers pick kMasked with
 // tile_fully_visible and instantiate both: a runtime test inside was if-converted by the compiler into ~260
 // predicated instructions issued on every tile (docs/perf-log.md, v6).

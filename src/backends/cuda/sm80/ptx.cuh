@@ -30,6 +30,34 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// Shared-memory barriers (mbarrier, sm80): a 64-bit counter that completes a phase once `count` arrivals have
+// come in, then starts the next. Waiters name the phase by its parity (the k-th use of a barrier waits with
+// parity k & 1), so a waiter may lag the barrier by at most one phase.
+__device__ __forceinline__ void mbarrier_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared.b64 [%0], %1;\n" ::"r"(smem_address(bar)), "r"(count));
+}
+// One arrival, with release semantics: this thread's earlier shared-memory reads and writes happen before the
+// phase completes.
+__device__ __forceinline__ void mbarrier_arrive(uint64_t* bar) {
+  asm volatile("{\n .reg .b64 state;\n mbarrier.arrive.shared.b64 state, [%0];\n}\n" ::"r"(smem_address(bar))
+               : "memory");
+}
+// One arrival that lands once every cp.async this thread has issued so far is complete (its data then visible
+// to the threads that wait on the barrier).
+__device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
+}
+// Spins until the phase of the given parity has completed (acquire: what the arrivals released is visible).
+__device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
+  uint32_t done = 0;
+  while (!done)
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.test_wait.parity.shared.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_address(bar)), "r"(parity)
+        : "memory");
+}
+
 // Four 8x8 b16 matrices from shared memory; lane i supplies the address (smem_address) of row (i % 8) of matrix
 // i / 8.
 __device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem) {
