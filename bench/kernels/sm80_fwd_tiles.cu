@@ -91,22 +91,16 @@ void sweep(const Problem& pr, const char* const* names) {
 
 int main() {
   // The tile rows were chosen by earlier sweeps of this harness (docs/perf-log.md, bench/results/...-sm80-tiles,
-  // ...-sm80-fwd-short, ...-sm80-fwd-power). This run measures the K/V ring (fwd_kv_pipeline.cuh): D = 256's
-  // Hopper row is now eight warps of 128 rows on the ring, against the four-warp row it replaced, the same
-  // eight-warp shape behind CTA barriers (v10), and 32-key tiles; then the ring at the other head dims.
-  // Grid A's shapes: B = 16384 / S, H = 2048 / D (10 at D = 192).
+  // ...-sm80-fwd-short, ...-sm80-fwd-power, ...-sm80-fwd-ring). This sweep: D = 256's ring row (the table)
+  // against v9's 4-warp row (the control) from short to long sequences, where the ring still loses at S <= 1024
+  // under a causal mask; and D = 128's long row against the table around its threshold (2048 keys).
+  // Grid A's shapes: B = 16384 / S, H = 2048 / D.
   for (bool causal : {false, true})
-    for (int s : {512, 2048, 16384}) {
-      static const char* const d256[] = {"4 warps M64 N64 1 stage (v9)", "8 warps M128 N64 2 stages barriers",
-                                         "8 warps M128 N32 ring"};
-      sweep<256, Row<64, 4, 1, 1, false, false>, Row<64, 8, 1, 2, false, false>, Row<32, 8, 1, 2, false, true>>(
-          {16384 / s, s, 8, 256, causal}, d256);
-      static const char* const d192[] = {"8 warps M128 N64 ring"};
-      sweep<192, Row<64, 8, 1, 2, false, true>>({16384 / s, s, 10, 192, causal}, d192);
-      static const char* const d128[] = {"4 warps M128 N64 ring", "8 warps M256 N64 ring"};
-      sweep<128, Row<64, 4, 2, 2, true, true>, Row<64, 8, 2, 2, true, true>>({16384 / s, s, 16, 128, causal}, d128);
-      static const char* const d64[] = {"4 warps M128 N128 ring"};
-      sweep<64, Row<128, 4, 2, 2, true, true>>({16384 / s, s, 32, 64, causal}, d64);
+    for (int s : {512, 1024, 2048, 16384}) {
+      static const char* const d256[] = {"4 warps M64 N64 1 stage (v9)"};
+      sweep<256, Row<64, 4, 1, 1, false, false>>({16384 / s, s, 8, 256, causal}, d256);
+      static const char* const d128[] = {"long row: 8 warps M256 N64 ring"};
+      sweep<128, FwdConfigHopperLong<128>>({16384 / s, s, 16, 128, causal}, d128);
     }
   return 0;
 }
