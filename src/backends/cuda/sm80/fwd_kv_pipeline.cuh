@@ -6,12 +6,12 @@
 //   two stages: two buffers each, still behind CTA barriers; K(n + 1) and V(n + 1) load during the whole of
 //     tile n.
 //   ring (kKvRing): two buffers each, handed over through mbarriers instead. A "full" barrier completes when every
-//     thread's share of a tile has landed, an "empty" one when every warp has finished reading its buffer, so a
+//     thread's share of a tile has landed, an "empty" one when every thread has finished reading its buffer, so a
 //     warp waits only for the data it reads and for the slowest warp to leave the buffer it refills: warps may
 //     drift up to a tile apart instead of meeting twice a tile. That is what a CTA of eight warps alone on its
 //     SM needs (at D = 256 one CTA of 128 rows halves the K/V bytes per FLOP against two CTAs of 64; behind CTA
 //     barriers it lost ~10% per clock: docs/perf-log.md, v10). K(n + 1) loads during the softmax and P V of
-//     tile n, V(n + 1) during Q K^T and the softmax of tile n + 1.
+//     tile n, V(n + 1) during Q K^T and the softmax of tile n + 1; the first two tiles' K and V load at once.
 // The kernel calls, for tile n of its walk n_first..n_last: before_scores, (Q K^T), after_scores, (softmax),
 // before_pv, (P V), after_pv.
 #pragma once
@@ -25,7 +25,7 @@ namespace flashtile::cuda::sm80 {
 // The ring's barriers, after the V buffers in shared memory (FwdTraits::kSmemBytes counts them).
 struct KvRingBarriers {
   uint64_t k_full[2], v_full[2];    // kThreads arrivals: each thread's cp.async share has landed
-  uint64_t k_empty[2], v_empty[2];  // kNWarps arrivals: each warp is done reading the buffer
+  uint64_t k_empty[2], v_empty[2];  // kThreads arrivals: each thread is done reading the buffer
 };
 
 template <typename Traits, typename T>
@@ -62,19 +62,28 @@ struct KvPipeline {
       if (threadIdx.x == 0)
         for (int s = 0; s < 2; ++s) {
           mbarrier_init(&ring->k_full[s], Traits::kThreads), mbarrier_init(&ring->v_full[s], Traits::kThreads);
-          mbarrier_init(&ring->k_empty[s], Traits::kNWarps), mbarrier_init(&ring->v_empty[s], Traits::kNWarps);
+          mbarrier_init(&ring->k_empty[s], Traits::kThreads), mbarrier_init(&ring->v_empty[s], Traits::kThreads);
         }
       __syncthreads();
     }
   }
 
-  // The first tile's K (and, with two buffers, V), after the caller has issued Q's load: Q lands with K.
+  // The first tile's K (and, with two buffers, V), after the caller has issued Q's load: Q lands with K. The ring
+  // also fills its second buffers, so the second tile's loads overlap the first's: with one CTA per SM nothing
+  // else hides the first round trips, and a short block has few tiles to spread them over (docs/perf-log.md,
+  // v14: the prologue is bound by latency).
   __device__ __forceinline__ void prologue() const {
     load_k(n_first);
     if constexpr (Traits::kKvRing) {
       cp_async_arrive(&ring->k_full[0]);  // tracks every earlier copy of this thread, Q's too
       load_v(n_first);
       cp_async_arrive(&ring->v_full[0]);
+      if (n_first < n_last) {
+        load_k(n_first + 1);
+        cp_async_arrive(&ring->k_full[1]);
+        load_v(n_first + 1);
+        cp_async_arrive(&ring->v_full[1]);
+      }
     } else {
       cp_async_commit();
       if constexpr (kStages == 2) {
@@ -84,7 +93,7 @@ struct KvPipeline {
     }
   }
 
-  // K(n) (and Q) readable by this warp.
+  // K(n) (and Q) readable by this thread.
   __device__ __forceinline__ void before_scores(int n) const {
     if constexpr (Traits::kKvRing) {
       mbarrier_wait(&ring->k_full[stage(n)], parity(n));
@@ -103,19 +112,21 @@ struct KvPipeline {
     }
   }
 
-  // This warp is done with K(n) (ring: release it, then refill the other buffer once every warp has left it).
+  // This thread is done with K(n) (ring: release it, then refill the other buffer once every thread has left it).
+  // Every thread arrives for its own reads: with one arrival per warp after a __syncwarp, compute-sanitizer's
+  // racecheck reported the refill racing with the other lanes' reads (docs/perf-log.md, v15).
   __device__ __forceinline__ void after_scores(int n) const {
     if constexpr (Traits::kKvRing) {
-      release(&ring->k_empty[stage(n)]);
-      if (n < n_last) {
-        if (n > n_first) mbarrier_wait(&ring->k_empty[stage(n + 1)], parity(n - 1));
+      mbarrier_arrive(&ring->k_empty[stage(n)]);  // release: this thread's reads of K(n) come first
+      if (n > n_first && n < n_last) {  // (the second tile's K came with the first's)
+        mbarrier_wait(&ring->k_empty[stage(n + 1)], parity(n - 1));
         load_k(n + 1);
         cp_async_arrive(&ring->k_full[stage(n + 1)]);
       }
     }
   }
 
-  // V(n) readable by this warp.
+  // V(n) readable by this thread.
   __device__ __forceinline__ void before_pv(int n) const {
     if constexpr (Traits::kKvRing) {
       mbarrier_wait(&ring->v_full[stage(n)], parity(n));
@@ -135,23 +146,16 @@ struct KvPipeline {
     }
   }
 
-  // This warp is done with V(n).
+  // This thread is done with V(n).
   __device__ __forceinline__ void after_pv(int n) const {
     if constexpr (Traits::kKvRing) {
-      release(&ring->v_empty[stage(n)]);
-      if (n < n_last) {
-        if (n > n_first) mbarrier_wait(&ring->v_empty[stage(n + 1)], parity(n - 1));
+      mbarrier_arrive(&ring->v_empty[stage(n)]);
+      if (n > n_first && n < n_last) {
+        mbarrier_wait(&ring->v_empty[stage(n + 1)], parity(n - 1));
         load_v(n + 1);
         cp_async_arrive(&ring->v_full[stage(n + 1)]);
       }
     }
-  }
-
- private:
-  // One arrival for the warp, after all its lanes' reads (the __syncwarp orders them before lane 0's release).
-  __device__ __forceinline__ static void release(uint64_t* empty) {
-    __syncwarp();
-    if (threadIdx.x % 32 == 0) mbarrier_arrive(empty);
   }
 };
 
