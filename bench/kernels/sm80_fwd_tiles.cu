@@ -1,7 +1,8 @@
 // Development harness: the sm80 forward kernel under other configurations than the library's (other tile rows,
 // written as structs with fwd_config.hpp's fields, or the library's row with one field changed),
 // timed side by side on one GPU (sustained: harness::median_ms), each checked against the library's configuration
-// for agreement (within 2% of the largest output: other tile shapes round differently). Not part of the library; results and decisions go to docs/perf-log.md.
+// for agreement (within 2% of the largest output: other tile shapes round differently). Not part of the library;
+// results and decisions go to docs/perf-log.md.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/kernels/sm80_fwd_tiles.cu
 #include <cuda_bf16.h>
 
