@@ -9,10 +9,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "backends/cuda/sm80/fwd_kernel.cuh"
+#include "backends/cuda/sm80/fwd_launch.cuh"
 #include "harness.hpp"
 
 using namespace flashtile::cuda;
@@ -24,10 +25,16 @@ struct Problem {
 };
 
 // Any other row, field by field as in fwd_config.hpp.
-template <int kBlockN_, int kNWarps_, int kMSlices_, int kStages_, bool kSkipRescale_, bool kKvRing_>
+template <int kBlockN_, int kNWarps_, int kMSlices_, int kStages_, bool kSkipRescale_, bool kKvRing_,
+          bool kPersistent_ = false>
 struct Row {
   static constexpr int kBlockN = kBlockN_, kNWarps = kNWarps_, kMSlices = kMSlices_, kStages = kStages_;
-  static constexpr bool kSkipRescale = kSkipRescale_, kKvRing = kKvRing_;
+  static constexpr bool kSkipRescale = kSkipRescale_, kKvRing = kKvRing_, kPersistent = kPersistent_;
+};
+// A row of the library's table with its kPersistent field set.
+template <typename Config, bool kPersistent_>
+struct WithPersistent : Config {
+  static constexpr bool kPersistent = kPersistent_;
 };
 
 template <int D, typename Config>
@@ -35,10 +42,7 @@ float time_config(const Problem& pr, const void* q, const void* k, const void* v
   using Traits = FwdTraits<D, Config>;
   const FwdKernelParams p =
       harness::bshd_params(q, k, v, o, lse, pr.batch, pr.seqlen, pr.heads, pr.dim, pr.causal, Traits::kBlockM);
-  auto kernel = fwd_kernel<Traits, __nv_bfloat16, false, kV2>;
-  CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes));
-  const unsigned blocks = unsigned(p.m_blocks) * pr.batch * pr.heads;
-  return harness::median_ms([&] { kernel<<<blocks, Traits::kThreads, Traits::kSmemBytes>>>(p); });
+  return harness::median_ms([&] { CHECK((launch_fwd<__nv_bfloat16, D, kV2, Config>(p, nullptr))); });
 }
 
 template <int D, typename Config>
@@ -66,8 +70,12 @@ void run(const char* name, const Problem& pr, const void* q, const void* k, cons
 }
 
 // The library's row for D on the machine this runs on (the H200: FwdConfigHopper) is the reference.
+// `sm80_fwd_tiles D S` runs only the sweeps of that head dim and length (to profile one shape); no arguments: all.
+int g_only_dim = 0, g_only_seqlen = 0;
+
 template <int D, typename... Configs>
 void sweep(const Problem& pr, const char* const* names) {
+  if ((g_only_dim && g_only_dim != D) || (g_only_seqlen && g_only_seqlen != pr.seqlen)) return;
   const size_t n = size_t(pr.batch) * pr.seqlen * pr.heads * pr.dim;
   // q, k and v differ, so that S is not symmetric (a transposed product could agree on symmetric scores).
   const std::vector<uint16_t> inputs[3] = {harness::bf16_inputs(n, 12345), harness::bf16_inputs(n, 12346),
@@ -90,14 +98,24 @@ void sweep(const Problem& pr, const char* const* names) {
   CHECK(cudaFree(lse));
 }
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc == 3) g_only_dim = std::atoi(argv[1]), g_only_seqlen = std::atoi(argv[2]);
   // The tile rows were chosen by earlier sweeps of this harness (docs/perf-log.md, bench/results/...-sm80-tiles,
-  // ...-sm80-fwd-short, ...-sm80-fwd-power, ...-sm80-fwd-ring). This sweep: D = 256's ring row (the table)
-  // against v9's 4-warp row (the control) from short to long sequences, where the ring lost at S <= 1024 under
-  // a causal mask until its prologue filled both buffers (v15). Grid A's shapes: B = 16384 / S, H = 8.
-  static const char* const names[] = {"4 warps M64 N64 1 stage (v9)"};
-  for (bool causal : {false, true})
+  // ...-sm80-fwd-short, ...-sm80-fwd-power, ...-sm80-fwd-ring). This sweep: the ring's rows, persistent (the
+  // table's D = 192 and 256 rows: one CTA per SM walking query blocks in turn), against the same rows with a CTA
+  // per block (v15), where short sequences spend the most on each block's start and end (grid A's S = 512-1024
+  // at D = 256 trail FA2); D = 128's long row both ways beside the table's 4-warp row, at lengths from 512 (the
+  // long row runs from 2048 keys). Grid A's shapes: B = 16384 / S, H = 2048 / D.
+  static const char* const per_block[] = {"a CTA per block (v15)"};
+  static const char* const long_rows[] = {"long row, persistent", "long row, a CTA per block"};
+  for (bool causal : {false, true}) {
     for (int s : {512, 1024, 2048, 16384})
-      sweep<256, Row<64, 4, 1, 1, false, false>>({16384 / s, s, 8, 256, causal}, names);
+      sweep<256, WithPersistent<FwdConfigHopper<256>, false>>({16384 / s, s, 8, 256, causal}, per_block);
+    for (int s : {512, 4096})
+      sweep<192, WithPersistent<FwdConfigHopper<192>, false>>({16384 / s, s, 8, 192, causal}, per_block);
+  }
+  for (int s : {512, 1024, 2048, 16384})
+    sweep<128, FwdConfigHopperLong<128>, WithPersistent<FwdConfigHopperLong<128>, false>>(
+        {16384 / s, s, 16, 128, false}, long_rows);
   return 0;
 }

@@ -46,7 +46,8 @@ struct SharedStorage0 {
 __global__ void __launch_bounds__(kThreads0, 1) fwd_wgmma_kernel(const flashtile::cuda::FwdKernelParams f) {
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   SharedStorage0& smem = *reinterpret_cast<SharedStorage0*>(smem_raw);
-  const lib::CtaBlock blk = lib::CtaBlock::make<kBlockM, kBlockN>(f, static_cast<int>(blockIdx.x), false);  // a tile per CTA
+  using flashtile::cuda::CtaBlock;
+  const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, static_cast<int>(blockIdx.x), false);  // a tile per CTA
   const Element* q = static_cast<const Element*>(f.q) + blk.b * f.q_stride[0] + blk.h * f.q_stride[2];
   const Element* k = static_cast<const Element*>(f.k) + blk.b * f.k_stride[0] + blk.hk * f.k_stride[2];
   const Element* v = static_cast<const Element*>(f.v) + blk.b * f.v_stride[0] + blk.hk * f.v_stride[2];

@@ -24,6 +24,7 @@ struct FwdKernelParams {
   float softcap;          // 0: off
   float scale_over_cap;   // softmax scale / softcap
   int m_blocks;           // query blocks per (batch, head)
+  bool heavy_first;       // tiles longest first across heads (fwd_tile_order.cuh); set by the launchers
   // The FlashAttention-1 kernel's "HBM" state (bench --ablation only; null for every other kernel):
   // O (batch x heads_q x seqlen_q x padded head dim) and the running max and sum (batch x heads_q x seqlen_q).
   float* fa1_o;

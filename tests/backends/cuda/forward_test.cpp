@@ -116,6 +116,12 @@ TEST_P(CudaForward, RowsWithNoVisibleKey) {
   p = make_problem({1, 300, 200, 2, 1, 256}, DType::kBFloat16);
   p.options.causal = true;
   expect_pass(p, 4002, GetParam());
+  // The same row persistent (one CTA per SM walking blocks): 192 blocks of one K/V tile for 132 CTAs, two of
+  // each head's three with no key at all, so a CTA's ring hands over from a block's only tile to the next block
+  // with keys, past empty ones.
+  p = make_problem({4, 300, 40, 16, 4, 256}, DType::kBFloat16);
+  p.options.causal = true;
+  expect_pass(p, 4003, GetParam());
 }
 
 TEST_P(CudaForward, EmptyProblems) {
@@ -161,11 +167,28 @@ TEST_P(CudaForward, LargeShapes) {
   p.options.causal = false;
   p.options.window_left = 700, p.options.window_right = 90;
   expect_large_pass(p, 7003, GetParam());
-  // No mask and 2048 keys or more: sm80's long row on Hopper (256 query rows a block), also with seqlens off its
+  // No mask and 1024 keys or more: sm80's long row on Hopper (256 query rows a block), also with seqlens off its
   // tiles and GQA, and just below the threshold (the ordinary row).
   expect_large_pass(make_problem({1, 4096, 4096, 8, 8, 128}, DType::kFloat16), 7004, GetParam());
   expect_pass(make_problem({2, 300, 2500, 4, 2, 128}, DType::kBFloat16), 7005, GetParam());
-  expect_pass(make_problem({1, 257, 2047, 2, 2, 120}, DType::kBFloat16), 7006, GetParam());
+  expect_pass(make_problem({1, 257, 1023, 2, 2, 120}, DType::kBFloat16), 7006, GetParam());
+}
+
+// sm80's ring rows on Hopper over many blocks: D = 256's is persistent (one CTA per SM walks query blocks, its
+// K/V ring running on from block to block), D = 192's and D = 128's long row take a CTA per block. Several rounds
+// of the walk: blocks with no key between ones with keys (Sq > Sk, causal), GQA, a window, and more than 64
+// query blocks a head under a mask (the walk then goes longest first across heads).
+TEST_P(CudaForward, PersistentWalks) {
+  Problem p = make_problem({3, 1500, 700, 16, 4, 256}, DType::kBFloat16);
+  p.options.causal = true;
+  expect_large_pass(p, 7100, GetParam());
+  p = make_problem({2, 2000, 2000, 24, 24, 192}, DType::kFloat16);
+  p.options.window_left = 300, p.options.window_right = 0;
+  expect_large_pass(p, 7101, GetParam());
+  expect_large_pass(make_problem({2, 3000, 2100, 20, 5, 128}, DType::kBFloat16), 7102, GetParam());
+  p = make_problem({1, 9000, 9000, 2, 1, 256}, DType::kBFloat16);
+  p.options.causal = true;
+  expect_large_pass(p, 7103, GetParam());
 }
 
 // More than 65535 CTAs: (query blocks) x batch x heads = 1 x 70000 x 1.

@@ -82,7 +82,7 @@ struct BwdDkdvTraits : Config {
 template <int kHeadDim>
 struct BwdDqTiles {
   static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1;
-  static constexpr bool kKvRing = false;  // the forward's K/V ring (fwd_kv_pipeline.cuh) is not used here
+  static constexpr bool kKvRing = false, kPersistent = false;  // the forward's K/V ring (fwd_kv_pipeline.cuh) is not used here
   static constexpr int kOutCols = kHeadDim <= 128 ? kHeadDim : kHeadDim / 2;  // gradient columns per CTA
   static constexpr int kColSplits = kHeadDim / kOutCols;
   static_assert(kOutCols % 16 == 0 && kOutCols <= 128, "a CTA's dQ columns must fit in registers");

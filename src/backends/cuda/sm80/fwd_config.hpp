@@ -15,12 +15,14 @@ struct FwdConfig;
 // kSkipRescale: a warp skips O's rescale on a tile where none of its row maxima moved (a vote per tile). The
 // A/B of v7 measured +1-3% at D=128 and -5 to -10% at D=256 (causal), so the one-slice head dims rescale always
 // (D=192 by analogy with 256, not measured).
-//                      kHeadDim     kBlockN   kNWarps      kMSlices      kStages     kSkipRescale   kKvRing          O regs  smem (bf16)
-template <> struct FwdConfig<64>  { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = false; };   //  64   55 KB
-template <> struct FwdConfig<96>  { static constexpr int kBlockN = 32, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = false; };   //  96   53 KB
-template <> struct FwdConfig<128> { static constexpr int kBlockN = 32, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = false; };   // 128   68 KB
-template <> struct FwdConfig<192> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1; static constexpr bool kSkipRescale = false, kKvRing = false; };  //  96   75 KB
-template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1; static constexpr bool kSkipRescale = false, kKvRing = false; };  // 128   99 KB
+// kPersistent (ring rows only): one CTA per SM walks query blocks in turn (fwd_tile_order.cuh), the ring running
+// on from block to block (fwd_kv_pipeline.cuh).
+//                      kHeadDim     kBlockN   kNWarps      kMSlices      kStages     kSkipRescale   kKvRing   kPersistent   O regs  smem (bf16)
+template <> struct FwdConfig<64>  { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = false, kPersistent = false; };   //  64   55 KB
+template <> struct FwdConfig<96>  { static constexpr int kBlockN = 32, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = false, kPersistent = false; };   //  96   53 KB
+template <> struct FwdConfig<128> { static constexpr int kBlockN = 32, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = false, kPersistent = false; };   // 128   68 KB
+template <> struct FwdConfig<192> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1; static constexpr bool kSkipRescale = false, kKvRing = false, kPersistent = false; };  //  96   75 KB
+template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 1, kStages = 1; static constexpr bool kSkipRescale = false, kKvRing = false, kPersistent = false; };  // 128   99 KB
 
 // On Hopper (sm_90: H100, H200) a block may take 227 KB of shared memory, so D=128 takes 64 keys per tile and
 // D=64 128 keys, double-buffered. Measured by the tile harness on the H200 (docs/perf-log.md): D=128 +9% over the
@@ -30,26 +32,32 @@ template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kNWarps =
 // (eight warps of one slice, alone on the SM) on the K/V ring (fwd_kv_pipeline.cuh): half the K/V bytes per FLOP
 // of the 64-row table rows, without their CTA barriers. Tile harness, sustained, same call (docs/perf-log.md,
 // v12): D=256 +9-10% at S >= 2048 full and at S=16k causal, +4% at S=2048 causal and S=512 full, even at S=512
-// causal; D=192 +20-31%. The same ring loses at D=64 and 128 with their four-warp rows (-3 to -13%). An RTX
-// (99 KB) or an A100 (163 KB) cannot run these rows. Rows here need their head dim in `hopper_rows` of
-// cmake/cuda_instantiations.cmake.
+// causal; D=192 +20-31%. The same ring loses at D=64 and 128 with their four-warp rows (-3 to -13%). D=256 is
+// persistent (v16, same call against a CTA per block): +4-7% causal at S = 512-2048, within 1% elsewhere; D=192
+// persistent lost 18-22% (its persistent build spills, and ncu showed its warps stalled twice as long per
+// instruction), so it keeps a CTA per block. An RTX (99 KB) or an A100 (163 KB) cannot run these rows. Rows here
+// need their head dim in `hopper_rows` of cmake/cuda_instantiations.cmake.
 template <int kHeadDim>
 struct FwdConfigHopper : FwdConfig<kHeadDim> {};
-//                            kHeadDim      kBlockN    kNWarps      kMSlices      kStages    kSkipRescale   kKvRing     smem (bf16)
-template <> struct FwdConfigHopper<64>  { static constexpr int kBlockN = 128, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = false; };  //  90 KB
-template <> struct FwdConfigHopper<128> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 1; static constexpr bool kSkipRescale = true, kKvRing = false; };   //  68 KB
-template <> struct FwdConfigHopper<192> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 1, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true; };   // 150 KB
-template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 1, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true; };   // 198 KB
+//                            kHeadDim      kBlockN    kNWarps      kMSlices      kStages    kSkipRescale   kKvRing   kPersistent   smem (bf16)
+template <> struct FwdConfigHopper<64>  { static constexpr int kBlockN = 128, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = false, kPersistent = false; };  //  90 KB
+template <> struct FwdConfigHopper<128> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 1; static constexpr bool kSkipRescale = true, kKvRing = false, kPersistent = false; };   //  68 KB
+template <> struct FwdConfigHopper<192> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 1, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = false; };   // 150 KB
+template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 1, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = true; };    // 198 KB
 
 // Hopper rows for calls with no mask and at least kLongKeys keys (fwd_launch.hpp), where a larger block pays: at
-// D=128 eight warps of 256 rows on the ring halve the K/V bytes per FLOP again (+2% at S=2048, +4.5% at S=16k
-// full), but lose at S=512 (-3%) and under a causal mask (-7% at S=2048: the 256-row diagonal).
+// D=128 eight warps of 256 rows on the ring halve the K/V bytes per FLOP again (v16's ring, two calls: +1-3% at
+// S = 1024-2048, +4-5.5% at S=16k full), but lose at S=512 (-0.4 to -3%) and under a causal mask (-7% at S=2048:
+// the 256-row diagonal). Persistent it lost 8-14% (it spills more), so it keeps a CTA per block.
 template <int kHeadDim>
 struct FwdConfigHopperLong;
-template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = true; };   // 136 KB
+template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = true, kPersistent = false; };   // 136 KB
 
 // Everything derived from a row of the table, with the checks that keep a new row honest. Config defaults to
 // the table's row; bench/kernels/ passes others to measure alternatives.
+// Shared memory after the K/V buffers for the ring's mbarriers (KvRingBarriers, fwd_kv_pipeline.cuh).
+constexpr int kRingBarrierBytes = 128;
+
 template <int kHeadDim_, typename Config = FwdConfig<kHeadDim_>>
 struct FwdTraits : Config {
   static constexpr int kHeadDim = kHeadDim_;
@@ -57,12 +65,13 @@ struct FwdTraits : Config {
   static constexpr int kBlockM = Config::kNWarps * Config::kMSlices * 16;
   static constexpr int kRowStride = kHeadDim + 8;  // padded by 16 bytes: ldmatrix rows land in distinct banks
   static constexpr int kSmemBytes = (kBlockM + 2 * Config::kStages * Config::kBlockN) * kRowStride * 2 +
-                                    (Config::kKvRing ? 64 : 0);  // the ring's barriers (fwd_kv_pipeline.cuh)
+                                    (Config::kKvRing ? kRingBarrierBytes : 0);
   static_assert(kHeadDim % 16 == 0, "the MMA k-step is 16: head dims are padded to a multiple of 16");
   static_assert(Config::kBlockN % 16 == 0, "P is fed to the PV MMA 16 keys at a time");
   static_assert(Config::kMSlices * kHeadDim / 2 <= 128, "the O accumulator would not fit in registers");
   static_assert(Config::kStages == 1 || Config::kStages == 2, "K/V are single- or double-buffered");
   static_assert(!Config::kKvRing || Config::kStages == 2, "the ring hands over two buffers of K and of V");
+  static_assert(!Config::kPersistent || Config::kKvRing, "a persistent CTA's warps go from block to block on the ring");
 };
 
 }  // namespace flashtile::cuda::sm80

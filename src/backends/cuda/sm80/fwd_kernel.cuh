@@ -1,5 +1,6 @@
 // The sm80 forward kernel, FlashAttention-2 schedule (the seeds' v2):
-//   - one CTA per (query block of kBlockM rows, batch x head): parallel over the sequence length;
+//   - one CTA per (query block of kBlockM rows, batch x head): parallel over the sequence length (or, for the
+//     persistent rows of fwd_config.hpp, one CTA per SM that walks such blocks in turn: fwd_tile_order.cuh);
 //   - warps split Q (each owns kMSlices x 16 rows and every key), so a row's max and sum never leave its warp;
 //   - K/V tiles are the inner loop, loaded with cp.async while the tensor cores work, in one of three schedules
 //     (one stage, two stages, or a ring of two stages handed over through mbarriers: fwd_kv_pipeline.cuh);
@@ -11,7 +12,7 @@
 //
 // Shared memory (T = bf16 or fp16), rows padded to kRowStride elements:
 //   sQ (kBlockM x kHeadDim), sK [kStages] (kBlockN x kHeadDim), sV [kStages] (kBlockN x kHeadDim),
-//   then (kKvRing) the ring's eight mbarriers
+//   then (kKvRing) the ring's mbarriers (KvRingBarriers)
 // Registers per thread: acc_o [kMSlices][kHeadDim/8][4] fp32, acc_s [kMSlices][kBlockN/8][4] fp32.
 #pragma once
 
@@ -19,6 +20,7 @@
 #include <type_traits>
 
 #include "backends/cuda/fwd_kernel_params.hpp"
+#include "backends/cuda/fwd_tile_order.cuh"
 #include "backends/cuda/sm80/fwd_launch.hpp"
 #include "backends/cuda/sm80/fwd_kv_pipeline.cuh"
 #include "backends/cuda/sm80/fwd_tile.cuh"
@@ -36,30 +38,48 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
   T* sK = sQ + kBlockM * kStride;
   T* sV = sK + kStages * kTileElems;
   KvRingBarriers* ring = reinterpret_cast<KvRingBarriers*>(sV + kStages * kTileElems);  // kKvRing rows only
-  static_assert(!Traits::kKvRing || !(kVariant & kSequentialQBlocks), "the ring's barriers serve one query block");
+  static_assert(!Traits::kKvRing || !(kVariant & kSequentialQBlocks), "the FA1 grid is an ablation of the barrier rows");
   KvPipeline<Traits, T>::init(ring);
 
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;  // fragment row group and column pair (ptx.cuh, mma_16x8x16)
 
-  // Heavy query blocks first: with a causal mask the last blocks see the most keys.
-  const int num_m = (kVariant & kSequentialQBlocks) ? 1 : p.m_blocks;
-  const int bh = blockIdx.x / num_m;
-  const int b = bh / p.heads_q, h = bh % p.heads_q, hk = h / p.group;
-  const T* q_head = static_cast<const T*>(p.q) + b * p.q_stride[0] + h * p.q_stride[2];
-  const T* k_head = static_cast<const T*>(p.k) + b * p.k_stride[0] + hk * p.k_stride[2];
-  const T* v_head = static_cast<const T*>(p.v) + b * p.v_stride[0] + hk * p.v_stride[2];
-  T* o_head = static_cast<T*>(p.o) + b * p.o_stride[0] + h * p.o_stride[2];
+  // Tiles as fwd_tile_order.cuh numbers them: head by head, heavy query blocks first (with a causal mask the
+  // last blocks see the most keys); a persistent CTA takes the snake's, longest first across heads where that
+  // order balances better (fwd_launch.cuh).
+  const bool heavy_first = Traits::kPersistent && p.heavy_first;
+  auto block_of = [&](int tile) { return CtaBlock::make<kBlockM, kBlockN>(p, tile, heavy_first); };
+  auto kv_walk = [&](const CtaBlock& blk) {
+    return KvWalk<T>{static_cast<const T*>(p.k) + blk.b * p.k_stride[0] + blk.hk * p.k_stride[2],
+                     static_cast<const T*>(p.v) + blk.b * p.v_stride[0] + blk.hk * p.v_stride[2], blk.n_first,
+                     blk.n_last};
+  };
+  auto q_head_of = [&](const CtaBlock& blk) {
+    return static_cast<const T*>(p.q) + blk.b * p.q_stride[0] + blk.h * p.q_stride[2];
+  };
+  KvPipeline<Traits, T> kv{sK, sV, ring, p.k_stride[1], p.v_stride[1], p.seqlen_k, p.head_dim};
+  // Persistent rows: the first block after round `round` that has keys (a block without any is empty-handed:
+  // O = 0, LSE = -inf, no K/V tile), or one without keys when there is none.
+  auto next_block_with_keys = [&](int round) {
+    const int n_tiles = p.m_blocks * p.batch * p.heads_q;
+    CtaBlock next{0, 0, 0, 0, 0, -1};
+    for (int r = round + 1;; ++r) {
+      const int tile = persistent_tile(r, n_tiles);
+      if (tile == n_tiles) break;
+      next = block_of(tile);
+      if (next.has_keys()) break;
+    }
+    return next;
+  };
 
-  for (int mi = 0; mi < ((kVariant & kSequentialQBlocks) ? p.m_blocks : 1); ++mi) {
-    const int m_block = (kVariant & kSequentialQBlocks) ? p.m_blocks - 1 - mi : p.m_blocks - 1 - blockIdx.x % num_m;
-    const int row0 = m_block * kBlockM;
+  // One query block; `round` counts the CTA's blocks (persistent: the snake's round).
+  auto work = [&](int tile, int round) {
+    const CtaBlock blk = block_of(tile);
+    const int row0 = blk.row0;
     const int row_last = min(row0 + kBlockM, p.seqlen_q) - 1;
-    // Keys seen by any row of the block: [key_begin, key_end).
-    const int key_begin = max(0, row0 + p.key_offset - p.window_left);
-    const int key_end = min(p.seqlen_k, row_last + p.key_offset + p.window_right + 1);
-    const int n_first = key_begin / kBlockN;
-    const int n_last = key_begin < key_end ? (key_end - 1) / kBlockN : n_first - 1;
+    kv.begin(kv_walk(blk));
+    const T* q_head = q_head_of(blk);
+    T* o_head = static_cast<T*>(p.o) + blk.b * p.o_stride[0] + blk.h * p.o_stride[2];
     // This warp's rows: from the first of its first slice to the last real one of its last slice.
     const int warp_first = row0 + slice_row<Traits>(0);
     const int warp_last = min(row0 + slice_row<Traits>(kMSlices - 1) + 15, p.seqlen_q - 1);
@@ -74,15 +94,26 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
       row_sum[s][0] = row_sum[s][1] = 0.0f;
     }
 
-    KvPipeline<Traits, T> kv{sK, sV, ring, k_head, v_head, p.k_stride[1], p.v_stride[1], p.seqlen_k, p.head_dim,
-                             n_first, n_last};
-    if (n_first <= n_last) {
-      if (kVariant & kSequentialQBlocks) __syncthreads();  // sQ is reused by the next query block
-      load_rows_async<Traits, kBlockM>(sQ, q_head, p.q_stride[1], row0, p.seqlen_q, p.head_dim);
-      kv.prologue();
+    if (blk.has_keys()) {
+      if constexpr (Traits::kKvRing) {
+        kv.load_q(sQ, q_head, p.q_stride[1], row0, p.seqlen_q);
+        // The next block's rows of Q are read once, from HBM: a hint a block ahead brings them into L2 for the
+        // copy at its start.
+        if constexpr (Traits::kPersistent) {
+          const CtaBlock next = next_block_with_keys(round);
+          if (next.has_keys())
+            prefetch_warp_rows_l2<Traits>(q_head_of(next), p.q_stride[1], next.row0, p.seqlen_q, p.head_dim);
+        }
+        if (kv.place(blk.n_first) == 0) kv.prologue();
+        kv.wait_q();
+      } else {
+        if (kVariant & kSequentialQBlocks) __syncthreads();  // sQ is reused by the next query block
+        load_rows_async<Traits, kBlockM>(sQ, q_head, p.q_stride[1], row0, p.seqlen_q, p.head_dim);
+        kv.prologue();
+      }
     }
 
-    for (int n_block = n_first; n_block <= n_last; ++n_block) {
+    for (int n_block = blk.n_first; n_block <= blk.n_last; ++n_block) {
       const int col0 = n_block * kBlockN;
       // A tile that none of this warp's rows sees (a 128-row block's last tiles under a causal mask) changes
       // nothing for them (p = 0, the max stays): with the ring the warp only takes part in the loads and
@@ -175,6 +206,13 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
         tile_step(std::true_type{});
     }
 
+    if constexpr (Traits::kPersistent) {
+      if (blk.has_keys()) {
+        const CtaBlock next = next_block_with_keys(round);
+        if (next.has_keys()) kv.hand_over(kv_walk(next));
+      }
+    }
+
     // Epilogue: one division per row, then O and LSE to global memory. Rows that saw no key get O = 0 and
     // LSE = -inf. O goes out through this warp's own rows of sQ, which no other warp reads, so that the global
     // stores are whole 16-byte chunks of a row rather than 4-byte pieces of eight rows.
@@ -195,7 +233,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
           *reinterpret_cast<uint32_t*>(sO + r * kStride + d * 8 + 2 * t) =
               pack2<T>(acc_o[s][d][2 * hr] * inv, acc_o[s][d][2 * hr + 1] * inv);
         if (p.lse != nullptr && t == 0 && row0 + r < p.seqlen_q)
-          p.lse[b * p.lse_stride[0] + h * p.lse_stride[1] + (row0 + r) * p.lse_stride[2]] =
+          p.lse[blk.b * p.lse_stride[0] + blk.h * p.lse_stride[1] + (row0 + r) * p.lse_stride[2]] =
               seen ? (row_max[s][hr] * p.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
       }
     __syncwarp();
@@ -209,6 +247,22 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
           *reinterpret_cast<uint4*>(o_head + (row0 + r) * p.o_stride[1] + c * 8) =
               *reinterpret_cast<const uint4*>(sO + r * kStride + c * 8);
       }
+    if constexpr (Traits::kPersistent) __syncwarp();  // the rows are read before the next block's Q lands in them
+  };
+
+  // The CTA's blocks: persistent rows walk the snake (fwd_tile_order.cuh), the FA1 grid's CTA its head's blocks,
+  // every other CTA block blockIdx.x alone (without a loop around it: it would cost registers).
+  if constexpr (Traits::kPersistent) {
+    const int n_tiles = p.m_blocks * p.batch * p.heads_q;
+    for (int round = 0;; ++round) {
+      const int tile = persistent_tile(round, n_tiles);
+      if (tile == n_tiles) break;
+      work(tile, round);
+    }
+  } else if constexpr ((kVariant & kSequentialQBlocks) != 0) {
+    for (int mi = 0; mi < p.m_blocks; ++mi) work(static_cast<int>(blockIdx.x) * p.m_blocks + mi, mi);
+  } else {
+    work(static_cast<int>(blockIdx.x), 0);
   }
 }
 

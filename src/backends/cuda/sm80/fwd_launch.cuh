@@ -4,6 +4,9 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstdint>
+
 #include "backends/cuda/sm80/fwd_fa1_kernel.cuh"
 #include "backends/cuda/sm80/fwd_kernel.cuh"
 
@@ -16,9 +19,26 @@ cudaError_t launch_fwd(const FwdKernelParams& p, cudaStream_t stream) {
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
       err != cudaSuccess)
     return err;
-  // One CTA per (query block, batch x head), flattened into x (up to 2^31 - 1 blocks, unlike y and z).
-  const int64_t blocks = static_cast<int64_t>((kVariant & kSequentialQBlocks) ? 1 : p.m_blocks) * p.batch * p.heads_q;
-  kernel<<<static_cast<unsigned>(blocks), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
+  // One CTA per (query block, batch x head), flattened into x (up to 2^31 - 1 blocks, unlike y and z); the
+  // kernel numbers them in ints. Persistent rows: as many CTAs as the SMs hold at once, each walking its share.
+  const int64_t tiles = static_cast<int64_t>(p.m_blocks) * p.batch * p.heads_q;
+  if (tiles > INT32_MAX) return cudaErrorInvalidValue;
+  int64_t ctas = (kVariant & kSequentialQBlocks) ? static_cast<int64_t>(p.batch) * p.heads_q : tiles;
+  if constexpr (Traits::kPersistent) {
+    int device = 0, sms = 0, per_sm = 0;
+    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
+      return err;
+    if (cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads,
+                                                                        Traits::kSmemBytes);
+        err != cudaSuccess)
+      return err;
+    ctas = std::min<int64_t>(tiles, static_cast<int64_t>(sms) * std::max(per_sm, 1));
+  }
+  FwdKernelParams ordered = p;  // the persistent walk's order (fwd_tile_order.cuh); a CTA per block: head by head
+  ordered.heavy_first =
+      Traits::kPersistent && heavy_first_order<Traits::kBlockM, Traits::kBlockN>(p, static_cast<int>(ctas));
+  kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSmemBytes, stream>>>(ordered);
   return cudaGetLastError();
 }
 

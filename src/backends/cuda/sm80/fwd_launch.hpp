@@ -33,7 +33,7 @@ template <typename T, int kHeadDim>
 cudaError_t launch_fwd_fa1(const FwdKernelParams& params, cudaStream_t stream);
 
 // Keys from which a call with no mask takes FwdConfigHopperLong's row (fwd_config.hpp).
-constexpr int kLongKeys = 2048;
+constexpr int kLongKeys = 1024;
 
 // The smallest instantiated head dim >= head_dim for dtype (generated: fwd_registry.cu), with the Hopper tile
 // configuration where one exists, the device is sm_90 (cc_major == 9) and a block may take its shared memory

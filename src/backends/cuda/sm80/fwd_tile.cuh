@@ -16,24 +16,25 @@
 namespace flashtile::cuda::sm80 {
 
 // Copies rows [row0, row0 + kRows) of one head into shared memory; rows past `rows_valid` and columns past
-// `cols_valid` become zeros (so padded head dims and sequence ends contribute nothing). The trip count is a
-// compile-time constant, so the loop unrolls: a rolled loop cost ~30 instructions per 16-byte copy, a third of
-// the forward's instruction stream (docs/perf-log.md, v5). kSwizzle: the unpadded layout whose chunk c of row r
-// sits at c ^ (r % 8) (SmemTile, warp_mma.cuh; Traits::kRowStride is then the head dim, a multiple of 64), so
-// each 128-byte line of a row lands in one aligned 128-byte line of shared memory.
-template <typename Traits, int kRows, bool kSwizzle = false, typename T>
-__device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int64_t row_stride, int row0,
-                                                int rows_valid, int cols_valid) {
+// `cols_valid` become zeros (so padded head dims and sequence ends contribute nothing). kLoaders threads share
+// the copy, `loader` (0 .. kLoaders - 1) being this one: the whole CTA (load_rows_async) or one warp for its own
+// rows. The trip count is a compile-time constant, so the loop unrolls: a rolled loop cost ~30 instructions per
+// 16-byte copy, a third of the forward's instruction stream (docs/perf-log.md, v5). kSwizzle: the unpadded layout
+// whose chunk c of row r sits at c ^ (r % 8) (SmemTile, warp_mma.cuh; Traits::kRowStride is then the head dim, a
+// multiple of 64), so each 128-byte line of a row lands in one aligned 128-byte line of shared memory.
+template <typename Traits, int kRows, int kLoaders, bool kSwizzle = false, typename T>
+__device__ __forceinline__ void load_rows_async_by(unsigned loader, T* smem, const T* head_base, int64_t row_stride,
+                                                   int row0, int rows_valid, int cols_valid) {
   constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
-  constexpr int kThreads = Traits::kThreads, kTotal = kRows * kChunks;
+  constexpr int kTotal = kRows * kChunks;
   static_assert(!kSwizzle || (kChunks % 8 == 0 && Traits::kRowStride == Traits::kHeadDim),
                 "the swizzled layout permutes whole 128-byte lines of unpadded rows");
-  if constexpr (kThreads % kChunks == 0 && kRows % (kThreads / kChunks) == 0 &&
-                (!kSwizzle || (kThreads / kChunks) % 8 == 0)) {
-    // One pass of the CTA covers kRowsPerPass whole rows, so each thread keeps its column and steps down (and,
-    // swizzled, its row's r % 8: passes of a multiple of 8 rows).
-    constexpr int kRowsPerPass = kThreads / kChunks;
-    const int r = threadIdx.x / kChunks, c = threadIdx.x % kChunks;
+  if constexpr (kLoaders % kChunks == 0 && kRows % (kLoaders / kChunks) == 0 &&
+                (!kSwizzle || (kLoaders / kChunks) % 8 == 0)) {
+    // One pass of the loaders covers kRowsPerPass whole rows, so each thread keeps its column and steps down
+    // (and, swizzled, its row's r % 8: passes of a multiple of 8 rows).
+    constexpr int kRowsPerPass = kLoaders / kChunks;
+    const int r = loader / kChunks, c = loader % kChunks;  // (unsigned: the divisions are shifts)
     const bool col_valid = c * 8 < cols_valid;
     const T* src = head_base + (row0 + r) * row_stride + c * 8;
     const int64_t src_step = kRowsPerPass * row_stride;
@@ -43,12 +44,12 @@ __device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int
       const bool valid = col_valid && row0 + r + j * kRowsPerPass < rows_valid;
       cp_async_16(dst + j * kRowsPerPass * Traits::kRowStride, valid ? src : head_base, valid ? 16 : 0);
     }
-  } else {  // head dims whose row of chunks does not divide the thread count (96, 192), or whose passes
+  } else {  // head dims whose row of chunks does not divide the loader count (96, 192), or whose passes
            // do not keep r % 8 (swizzled)
 #pragma unroll
-    for (int j = 0; j < (kTotal + kThreads - 1) / kThreads; ++j) {
-      const int i = threadIdx.x + j * kThreads;
-      if (kTotal % kThreads != 0 && i >= kTotal) break;
+    for (int j = 0; j < (kTotal + kLoaders - 1) / kLoaders; ++j) {
+      const int i = loader + j * kLoaders;
+      if (kTotal % kLoaders != 0 && i >= kTotal) break;
       const int r = i / kChunks, c = i % kChunks;
       const bool valid = row0 + r < rows_valid && c * 8 < cols_valid;
       const T* src = valid ? head_base + (row0 + r) * row_stride + c * 8 : head_base;
@@ -56,11 +57,33 @@ __device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int
     }
   }
 }
+// The same, shared by every thread of the CTA.
+template <typename Traits, int kRows, bool kSwizzle = false, typename T>
+__device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int64_t row_stride, int row0,
+                                                int rows_valid, int cols_valid) {
+  load_rows_async_by<Traits, kRows, Traits::kThreads, kSwizzle>(threadIdx.x, smem, head_base, row_stride, row0,
+                                                                rows_valid, cols_valid);
+}
 
 // First row of slice s of this warp, within the CTA's block of kBlockM rows.
 template <typename Traits>
 __device__ __forceinline__ int slice_row(int s) {
   return (s * Traits::kNWarps + static_cast<int>(threadIdx.x / 32)) * 16;
+}
+
+// A hint (prefetch_l2) for the 128-byte lines of this warp's rows (its kMSlices slices of 16, as slice_row
+// places them) of the block at row0, columns [0, cols_valid).
+template <typename Traits, typename T>
+__device__ __forceinline__ void prefetch_warp_rows_l2(const T* head_base, int64_t row_stride, int row0,
+                                                      int rows_valid, int cols_valid) {
+  constexpr int kLines = (Traits::kHeadDim * sizeof(T) + 127) / 128;  // per row
+  constexpr int kLineElems = 128 / sizeof(T);
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int i = lane; i < Traits::kMSlices * 16 * kLines; i += 32) {
+    const int row = row0 + slice_row<Traits>(i / (16 * kLines)) + (i / kLines) % 16, c = i % kLines;
+    if (row < rows_valid && c * kLineElems < cols_valid) prefetch_l2(head_base + row * row_stride + c * kLineElems);
+  }
 }
 
 // acc_s = Q K^T for this warp's rows: sQ (kBlockM x kHeadDim) against one K tile sK (kBlockN x kHeadDim).

@@ -24,6 +24,10 @@ __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, int src
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
                "r"(src_bytes));
 }
+// A hint that brings the 128-byte line holding `gmem` into L2 (no register, no wait).
+__device__ __forceinline__ void prefetch_l2(const void* gmem) {
+  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(gmem));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {

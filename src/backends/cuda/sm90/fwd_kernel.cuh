@@ -36,6 +36,7 @@
 #include <utility>
 
 #include "backends/cuda/fwd_kernel_params.hpp"
+#include "backends/cuda/fwd_tile_order.cuh"
 #include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm90/fwd_config.hpp"
 
@@ -115,36 +116,8 @@ struct FwdTraits {
     TmaQ tma_q;
     TmaKV tma_k, tma_v;
     TmaO tma_o;
-    FwdKernelParams f;
-    bool heavy_first;  // tiles numbered query block first, heaviest first (CtaBlock::make)
+    FwdKernelParams f;  // f.heavy_first: the tile order (fwd_tile_order.cuh)
   };
-};
-
-// A work tile: query block, batch, head, and the K/V tiles its rows see. Tiles are numbered 0 .. m_blocks *
-// batch * heads_q - 1, the last query block first: head by head (the CTAs at work at one time share a few
-// heads' K and V in L2), or with heavy_first (a mask bounds the keys of long heads, so the last query blocks
-// have the most: fwd_launch.cuh) the last blocks of every head, then the next, ...: longest first, so the short
-// tiles fill the end.
-struct CtaBlock {
-  int row0, b, h, hk, n_first, n_last;  // K/V tiles [n_first, n_last]; none when n_first > n_last
-  // The tile's (batch x head) index, b * heads_q + h.
-  __device__ static int bh_of(const FwdKernelParams& f, int tile, bool heavy_first) {
-    return heavy_first ? tile % (f.batch * f.heads_q) : tile / f.m_blocks;
-  }
-  template <int kBlockM, int kBlockN>
-  __device__ static CtaBlock make(const FwdKernelParams& f, int tile, bool heavy_first) {
-    CtaBlock c;
-    const int m_block = f.m_blocks - 1 - (heavy_first ? tile / (f.batch * f.heads_q) : tile % f.m_blocks);
-    const int bh = bh_of(f, tile, heavy_first);
-    c.b = bh / f.heads_q, c.h = bh % f.heads_q, c.hk = c.h / f.group;
-    c.row0 = m_block * kBlockM;
-    const int row_last = min(c.row0 + kBlockM, f.seqlen_q) - 1;
-    const int key_begin = max(0, c.row0 + f.key_offset - f.window_left);
-    const int key_end = min(f.seqlen_k, row_last + f.key_offset + f.window_right + 1);
-    c.n_first = key_begin / kBlockN;
-    c.n_last = key_begin < key_end ? (key_end - 1) / kBlockN : c.n_first - 1;
-    return c;
-  }
 };
 
 // One consumer warpgroup: its accumulators, running max and sum, and the per-tile math. Accumulator element i
@@ -339,18 +312,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const FwdKernelParams& f = p.f;
-  // The CTA's tiles, with their count so far (which Q buffer, and its barriers' phase). Persistent: round r
-  // takes tile r * gridDim.x + blockIdx.x, the CTAs in reverse order on odd rounds (a snake, so that under
-  // heavy_first the CTA that took a round's heaviest tile takes the next round's lightest). Otherwise blockIdx.x
-  // alone, compiled without the loop (it costs D = 256 registers it does not have).
+  // The CTA's tiles, with their count so far (which Q buffer, and its barriers' phase). Persistent: the snake
+  // of fwd_tile_order.cuh. Otherwise blockIdx.x alone, compiled without the loop (it costs D = 256 registers it
+  // does not have).
   auto for_each_tile = [&](auto&& work) {
     if constexpr (Traits::kPersistent) {
       const int n_tiles = f.m_blocks * f.batch * f.heads_q;
       for (int round = 0;; ++round) {
-        const int slot = round % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
-        const int64_t tile = static_cast<int64_t>(round) * gridDim.x + slot;  // grows with the round
-        if (tile >= n_tiles) break;
-        work(static_cast<int>(tile), round);
+        const int tile = persistent_tile(round, n_tiles);
+        if (tile == n_tiles) break;
+        work(tile, round);
       }
     } else {
       work(static_cast<int>(blockIdx.x), 0);
@@ -394,7 +365,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(T);
     auto state = cutlass::make_producer_start_state<Pipeline>();
     for_each_tile([&](int tile, int iteration) {
-      const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, p.heavy_first);
+      const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
       const int qs = iteration % kQStages;
       auto gQ = local_tile(mQ(_, _, blk.h, blk.b), TileM{}, make_coord(blk.row0 / kBlockM, 0));  // (M, D)
       auto gK = local_tile(mK(_, _, blk.hk, blk.b), TileN{}, make_coord(_, 0));               // (N, D, n)
@@ -437,7 +408,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   };
   if (consumer == 1) their_turn();
   for_each_tile([&](int tile, int iteration) {
-    const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, p.heavy_first);
+    const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
     Consumer<Traits, kSoftcap> c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
     const int qs = iteration % kQStages;
     auto sQ_wg = local_tile(sQ(_, _, qs), Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0));  // this warpgroup's rows
@@ -499,7 +470,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     // buffer is released (q_empty) once that read is done: the barrier completes on the storing thread's
     // arrival, the last. The batch and head again from the tile number rather than kept live through the
     // loop: at D = 256 the registers are that tight.
-    const int bh = CtaBlock::bh_of(f, tile, p.heavy_first), b = bh / f.heads_q, h = bh % f.heads_q;
+    const int bh = CtaBlock::bh_of(f, tile, f.heavy_first), b = bh / f.heads_q, h = bh % f.heads_q;
     c.stage_o(sQ_wg, f, b, h);
     cutlass::arch::fence_view_async_shared();  // the generic-proxy writes above, visible to the TMA unit
     asm volatile("bar.sync %0, %1;\n" ::"n"(kEpilogueBarrier), "n"(Traits::kConsumers * 128));

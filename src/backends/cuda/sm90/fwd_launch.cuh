@@ -42,16 +42,24 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   if (no_keys)
     for (int d = 0; d < 3; ++d) k_stride[d] = v_stride[d] = q_stride[d];
   const auto kv_layout = cute::take<0, 2>(typename Traits::SmemLayoutKV{});
-  // Tile order (CtaBlock, fwd_kernel.cuh): head by head, the last query block of each head first, unless a mask
-  // bounds the keys and the heads are long. Longest first across all heads (heavy_first) balances the CTAs'
-  // work, but the CTAs at work at one time then each read a different head's K and V, and a head's next query
-  // block comes rounds later, after more K/V than L2 holds has gone through: at S = 512-2048 causal every
-  // block re-reads its K/V from HBM (2.5-8x the unique bytes, by an L2 simulation). Up to kHeavyFirstMinBlocks
-  // query blocks per head, the snake over head-major tiles balances about as well and reads K/V once.
-  constexpr int kHeavyFirstMinBlocks = 64;  // S = 8192 at 128 query rows per block
-  const int64_t unbounded = static_cast<int64_t>(f.seqlen_q) + f.seqlen_k;
-  const bool uniform_work = f.window_left >= unbounded && f.window_right >= unbounded;
-  const bool heavy_first = !uniform_work && f.m_blocks > kHeavyFirstMinBlocks;
+  // Persistent: one CTA per SM (the kernel's registers allow no more), each walking its share of the tiles in
+  // rounds (fwd_kernel.cuh, for_each_tile); otherwise a CTA per tile, in the same order, which the hardware
+  // hands out in turn. The order (head by head or longest first) is the one that balances the CTAs' work
+  // (fwd_tile_order.cuh): under a causal mask the persistent grid once measured 24% slower at D = 128, S = 16k
+  // (docs/perf-log.md, sm90 v2) with each CTA's tiles in one band of a head's blocks.
+  const int64_t tiles = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
+  if (tiles > INT32_MAX) return cudaErrorInvalidValue;  // tile numbers are ints (2^31 tiles of 128 rows)
+  int64_t ctas = tiles;
+  if (Traits::kPersistent) {
+    int device = 0, sms = 0;
+    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+    if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
+      return err;
+    ctas = std::min<int64_t>(tiles, sms);
+  }
+  FwdKernelParams ordered = f;
+  ordered.heavy_first =
+      heavy_first_order<Traits::kBlockM, Traits::kBlockN>(f, Traits::kPersistent ? static_cast<int>(ctas) : 0);
   const typename Traits::Params p{
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                           Traits::gmem_tensor(f.q, f.seqlen_q, f.head_dim, f.heads_q, f.batch, q_stride),
@@ -63,26 +71,11 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
       cute::make_tma_copy(cute::SM90_TMA_STORE{},
                           Traits::gmem_tensor_out(f.o, f.seqlen_q, f.head_dim, f.heads_q, f.batch, o_stride),
                           typename Traits::SmemLayoutQ{}),
-      f, heavy_first};
+      ordered};
   auto kernel = f.softcap > 0 ? fwd_kernel<Traits, true, kSchedule> : fwd_kernel<Traits, false, kSchedule>;
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
       err != cudaSuccess)
     return err;
-  // Persistent: one CTA per SM (the kernel's registers allow no more), each walking its share of the tiles in
-  // rounds (fwd_kernel.cuh, for_each_tile); otherwise a CTA per tile, in the same order, which the hardware
-  // hands out in turn. Under a causal mask the persistent grid once measured 24% slower at D = 128, S = 16k
-  // (docs/perf-log.md, sm90 v2): tiles went head by head, so each CTA's tiles sat in one band of a head's
-  // blocks; heavy_first with the snake order gives every CTA about the same work.
-  const int64_t tiles = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
-  if (tiles > INT32_MAX) return cudaErrorInvalidValue;  // tile numbers are ints (2^31 tiles of 128 rows)
-  int64_t ctas = tiles;
-  if (Traits::kPersistent) {
-    int device = 0, sms = 0;
-    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-    if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
-      return err;
-    ctas = std::min<int64_t>(tiles, sms);
-  }
   kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
 }

@@ -1,0 +1,100 @@
+// Which work tile (a query block of kBlockM rows of one batch x head) a CUDA forward CTA takes, in what order,
+// and the K/V tiles the block's rows see. Shared by the sm90 kernel and the sm80 kernel's persistent rows.
+//
+// Tiles are numbered 0 .. m_blocks * batch * heads_q - 1, the last query block first:
+//   - head by head (the CTAs at work at one time share a few heads' K and V in L2), or
+//   - with heavy_first (a mask bounds the keys of long heads, so the last query blocks have the most) the last
+//     blocks of every head, then the next, ...: longest first, so the short tiles fill the end.
+// A persistent CTA takes, in round r, tile r * gridDim.x + its slot, the CTAs in reverse order on odd rounds (a
+// snake: under a causal mask the CTA that took a round's heaviest tile takes the next round's lightest, where
+// the rounds line up with the heads' blocks; heavy_first_order picks the order that balances).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "backends/cuda/fwd_kernel_params.hpp"
+
+namespace flashtile::cuda {
+
+struct CtaBlock {
+  int row0, b, h, hk, n_first, n_last;  // K/V tiles [n_first, n_last]; none when n_first > n_last
+
+  __host__ __device__ bool has_keys() const { return n_first <= n_last; }
+  // The tile's (batch x head) index, b * heads_q + h.
+  __host__ __device__ static int bh_of(const FwdKernelParams& f, int tile, bool heavy_first) {
+    return heavy_first ? tile % (f.batch * f.heads_q) : tile / f.m_blocks;
+  }
+  template <int kBlockM, int kBlockN>
+  __host__ __device__ static CtaBlock make(const FwdKernelParams& f, int tile, bool heavy_first) {
+    CtaBlock c;
+    const int m_block = f.m_blocks - 1 - (heavy_first ? tile / (f.batch * f.heads_q) : tile % f.m_blocks);
+    const int bh = bh_of(f, tile, heavy_first);
+    c.b = bh / f.heads_q, c.h = bh % f.heads_q, c.hk = c.h / f.group;
+    c.row0 = m_block * kBlockM;
+    const int row_end = c.row0 + kBlockM < f.seqlen_q ? c.row0 + kBlockM : f.seqlen_q;
+    // Keys seen by any row of the block: [key_begin, key_end).
+    const int key_from = c.row0 + f.key_offset - f.window_left;
+    const int key_begin = key_from > 0 ? key_from : 0;
+    const int key_to = row_end - 1 + f.key_offset + f.window_right + 1;
+    const int key_end = key_to < f.seqlen_k ? key_to : f.seqlen_k;
+    c.n_first = key_begin / kBlockN;
+    c.n_last = key_begin < key_end ? (key_end - 1) / kBlockN : c.n_first - 1;
+    return c;
+  }
+};
+
+// A persistent CTA's tile in round `round`, or n_tiles once it has none left.
+__device__ __forceinline__ int persistent_tile(int round, int n_tiles) {
+  const int slot = round % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x;
+  const int64_t tile = static_cast<int64_t>(round) * gridDim.x + slot;  // grows with the round
+  return tile < n_tiles ? static_cast<int>(tile) : n_tiles;
+}
+
+// Host: whether the tiles go longest first across all heads (heavy_first) rather than head by head, for a grid
+// of `ctas` persistent CTAs walking the snake, or (ctas = 0) a CTA per tile handed out by the hardware in turn.
+// Head by head is the better order for L2: longest first makes the CTAs at work at one time each read a different
+// head's K and V, and a head's next query block comes rounds later, after more K/V than L2 holds has gone
+// through: at S = 512-2048 causal every block re-reads its K/V from HBM (2.5-8x the unique bytes, by an L2
+// simulation; docs/perf-log.md, sm90 v6), so tiles go longest first only from kHeavyFirstMinBlocks query blocks
+// a head (where the re-reads matter less than the balance). Head by head also balances a persistent grid's work
+// only where the blocks' lengths line up with the snake's rounds: with 128 query rows a block, 132 CTAs and 8
+// heads, one CTA does 1.54x the mean at S = 8192 causal (64 blocks a head; longest first 1.003x), and the sm80
+// D = 256 row ran at 0.79x FA2 there (docs/perf-log.md, v16). So a persistent grid also goes longest first where
+// head by head leaves its busiest CTA kImbalanceMargin above longest first's (each order counted in K/V tiles,
+// once per call, up to kBalanceCheckTiles tiles; beyond, longest first, whose many rounds even out). Without a
+// mask every tile has the same work: head by head.
+constexpr int kHeavyFirstMinBlocks = 64;  // S = 8192 at 128 query rows per block
+constexpr int kBalanceCheckTiles = 1 << 15;
+constexpr double kImbalanceMargin = 1.05;
+
+template <int kBlockM, int kBlockN>
+inline bool heavy_first_order(const FwdKernelParams& f, int ctas) {
+  const int64_t unbounded = static_cast<int64_t>(f.seqlen_q) + f.seqlen_k;
+  if (f.window_left >= unbounded && f.window_right >= unbounded) return false;
+  if (f.m_blocks > kHeavyFirstMinBlocks) return true;
+  if (ctas <= 0) return false;
+  const int64_t n_tiles = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
+  if (n_tiles > kBalanceCheckTiles) return true;
+  // A tile's work depends only on its query block.
+  std::vector<int> block_tiles(f.m_blocks);
+  for (int m = 0; m < f.m_blocks; ++m) {
+    const CtaBlock c = CtaBlock::make<kBlockM, kBlockN>(f, f.m_blocks - 1 - m, false);  // tile m of head 0
+    block_tiles[m] = c.n_last - c.n_first + 1;
+  }
+  auto busiest = [&](bool heavy_first) {
+    std::vector<int64_t> load(ctas, 0);
+    for (int64_t round = 0; round * ctas < n_tiles; ++round)
+      for (int c = 0; c < ctas; ++c) {
+        const int64_t tile = round * ctas + (round % 2 == 0 ? c : ctas - 1 - c);
+        if (tile >= n_tiles) continue;
+        const int64_t m = heavy_first ? tile / (static_cast<int64_t>(f.batch) * f.heads_q) : tile % f.m_blocks;
+        load[c] += block_tiles[f.m_blocks - 1 - m];
+      }
+    return *std::max_element(load.begin(), load.end());
+  };
+  return busiest(false) > kImbalanceMargin * busiest(true);
+}
+
+}  // namespace flashtile::cuda
