@@ -101,21 +101,22 @@ void sweep(const Problem& pr, const char* const* names) {
 int main(int argc, char** argv) {
   if (argc == 3) g_only_dim = std::atoi(argv[1]), g_only_seqlen = std::atoi(argv[2]);
   // The tile rows were chosen by earlier sweeps of this harness (docs/perf-log.md, bench/results/...-sm80-tiles,
-  // ...-sm80-fwd-short, ...-sm80-fwd-power, ...-sm80-fwd-ring). This sweep: the ring's rows, persistent (the
-  // table's D = 192 and 256 rows: one CTA per SM walking query blocks in turn), against the same rows with a CTA
-  // per block (v15), where short sequences spend the most on each block's start and end (grid A's S = 512-1024
-  // at D = 256 trail FA2); D = 128's long row both ways beside the table's 4-warp row, at lengths from 512 (the
-  // long row runs from 2048 keys). Grid A's shapes: B = 16384 / S, H = 2048 / D.
+  // ...-sm80-fwd-short, ...-sm80-fwd-power, ...-sm80-fwd-ring, ...-sm80-fwd-persistent). This sweep: the ring's
+  // rows with and without a persistent grid (one CTA per SM walking query blocks in turn), where short sequences
+  // spend the most on each block's start and end: the table's D = 256 row (persistent) against a CTA per block,
+  // its D = 192 row (a CTA per block) against persistent, and D = 128's long row both ways beside the table's
+  // 4-warp row, from 512 keys (the long row runs from 1024). Grid A's shapes: B = 16384 / S, H = 2048 / D.
   static const char* const per_block[] = {"a CTA per block (v15)"};
-  static const char* const long_rows[] = {"long row, persistent", "long row, a CTA per block"};
+  static const char* const persistent[] = {"persistent"};
+  static const char* const long_rows[] = {"long row, a CTA per block", "long row, persistent"};
   for (bool causal : {false, true}) {
     for (int s : {512, 1024, 2048, 16384})
       sweep<256, WithPersistent<FwdConfigHopper<256>, false>>({16384 / s, s, 8, 256, causal}, per_block);
     for (int s : {512, 4096})
-      sweep<192, WithPersistent<FwdConfigHopper<192>, false>>({16384 / s, s, 8, 192, causal}, per_block);
+      sweep<192, WithPersistent<FwdConfigHopper<192>, true>>({16384 / s, s, 8, 192, causal}, persistent);
   }
   for (int s : {512, 1024, 2048, 16384})
-    sweep<128, FwdConfigHopperLong<128>, WithPersistent<FwdConfigHopperLong<128>, false>>(
+    sweep<128, FwdConfigHopperLong<128>, WithPersistent<FwdConfigHopperLong<128>, true>>(
         {16384 / s, s, 16, 128, false}, long_rows);
   return 0;
 }
