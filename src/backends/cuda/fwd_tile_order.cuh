@@ -52,6 +52,17 @@ __device__ __forceinline__ int persistent_tile(int round, int n_tiles) {
   return tile < n_tiles ? static_cast<int>(tile) : n_tiles;
 }
 
+// A persistent CTA's walk: work(tile, round) for each of its tiles, round by round.
+template <typename Work>
+__device__ __forceinline__ void for_each_persistent_tile(const FwdKernelParams& f, Work&& work) {
+  const int n_tiles = f.m_blocks * f.batch * f.heads_q;
+  for (int round = 0;; ++round) {
+    const int tile = persistent_tile(round, n_tiles);
+    if (tile == n_tiles) break;
+    work(tile, round);
+  }
+}
+
 // Host: whether the tiles go longest first across all heads (heavy_first) rather than head by head, for a grid
 // of `ctas` persistent CTAs walking the snake, or (ctas = 0) a CTA per tile handed out by the hardware in turn.
 // Head by head is the better order for L2: longest first makes the CTAs at work at one time each read a different

@@ -253,12 +253,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
   // The CTA's blocks: persistent rows walk the snake (fwd_tile_order.cuh), the FA1 grid's CTA its head's blocks,
   // every other CTA block blockIdx.x alone (without a loop around it: it would cost registers).
   if constexpr (Traits::kPersistent) {
-    const int n_tiles = p.m_blocks * p.batch * p.heads_q;
-    for (int round = 0;; ++round) {
-      const int tile = persistent_tile(round, n_tiles);
-      if (tile == n_tiles) break;
-      work(tile, round);
-    }
+    for_each_persistent_tile(p, work);
   } else if constexpr ((kVariant & kSequentialQBlocks) != 0) {
     for (int mi = 0; mi < p.m_blocks; ++mi) work(static_cast<int>(blockIdx.x) * p.m_blocks + mi, mi);
   } else {

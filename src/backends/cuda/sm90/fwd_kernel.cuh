@@ -317,12 +317,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   // does not have).
   auto for_each_tile = [&](auto&& work) {
     if constexpr (Traits::kPersistent) {
-      const int n_tiles = f.m_blocks * f.batch * f.heads_q;
-      for (int round = 0;; ++round) {
-        const int tile = persistent_tile(round, n_tiles);
-        if (tile == n_tiles) break;
-        work(tile, round);
-      }
+      for_each_persistent_tile(f, work);
     } else {
       work(static_cast<int>(blockIdx.x), 0);
     }
