@@ -155,7 +155,8 @@ struct KvPipeline {
     cp_async_arrive(&ring->v_full[buffer]);
   }
 
-  // K(n) (and Q) readable by this thread.
+  // K(n) readable by this thread (behind CTA barriers Q too, which came with the first K; on the ring Q has
+  // wait_q).
   __device__ __forceinline__ void before_scores(int n) const {
     if constexpr (Traits::kKvRing) {
       mbarrier_wait(&ring->k_full[stage(n)], parity(n));
