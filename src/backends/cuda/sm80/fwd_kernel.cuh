@@ -206,6 +206,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
         tile_step(std::true_type{});
     }
 
+    // The next block again, not kept from the prefetch above: live through the tile loop, its fields cost the
+    // registers that serialised v16a's MMAs (docs/perf-log.md); the search is a few integer ops a block.
     if constexpr (Traits::kPersistent) {
       if (blk.has_keys()) {
         const CtaBlock next = next_block_with_keys(round);
