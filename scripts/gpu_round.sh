@@ -16,8 +16,9 @@
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
 #   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
-#   profilebwd: the same for the backward (flashtile's dK/dV kernel in the default mode, FA2's main kernel;
-#     PROFILE_B, PROFILE_S, PROFILE_D pick the problem, H = 2048 / D as in grid A);
+#   profilebwd: the same for the backward (flashtile's sm80 dK/dV kernel in the default mode, FA2's main kernel),
+#     with each kernel's SASS and its stall samples; PROFILE_SHAPES="D:S:mask ..." picks grid A shapes;
+#   bwdparts: each kernel's time in one sm80 backward beside FA2's kernels (ncu; PROFILE_SHAPES as profilebwd);
 #   profilebwd90: Nsight Compute on the sm90 backward's main kernel (with its SASS source counters) and on cuDNN's
 #     backward kernels, B=8 H=16 S=2048 D=128 full;
 #   ab: this tree's library, then each candidate library of .device/cand-*/ (scripts/candidate_lib.sh <ref> <name>),
@@ -134,22 +135,65 @@ torch.cuda.synchronize()" > "$out/ncu-fa2.txt" 2>&1 || status=1
     "$out/ncu-flashtile.txt" "$out/ncu-fa2.txt"
 fi
 
-if want profilebwd; then  # B=PROFILE_B (4) H=2048/PROFILE_D S=PROFILE_S (4096) D=PROFILE_D (128) bf16, full: each main kernel
-  pb=${PROFILE_B:-4} ps=${PROFILE_S:-4096} pd=${PROFILE_D:-128}
-  ph=$((2048 / pd))
-  echo "== ncu: flashtile sm80 backward (dK/dV kernel, default mode) and PyTorch flash (FA2) backward, B=$pb H=$ph S=$ps D=$pd"
-  ncu_args=(--set full --print-details all --launch-skip 1 --launch-count 1)
-  timeout 200 ncu "${ncu_args[@]}" -k regex:bwd_dkdv $bin run -b $pb --heads $ph -s $ps --head-dim $pd --no-causal -r 2 \
-    --verify-rows 2 --backward > "$out/ncu-bwd-flashtile.txt" 2>&1 || status=1
-  timeout 200 ncu "${ncu_args[@]}" -k regex:flash_bwd_dq_dk_dv python3 -c "
+if want profilebwd; then  # the sm80 dK/dV kernel (default mode) and FA2's main backward kernel, grid A shapes
+  # PROFILE_SHAPES: "D:S:mask ..." (default 128:4096:full), B = 16384 / S and H = 2048 / D as in grid A. Per shape:
+  # both kernels' second launch, all sections (ncu-bwd-{flashtile,fa2}-dD-sS-mask.txt) and their SASS with the
+  # source counters (stall samples per instruction; ...-sass.csv.xz), all in ncu-bwd.tar (the device tool brings
+  # back 8 files). PROFILE_FA2=0 leaves FA2 out.
+  for shape in ${PROFILE_SHAPES:-128:4096:full}; do
+    IFS=: read -r pd ps pm <<< "$shape"
+    pb=$((16384 / ps)) ph=$((2048 / pd)) tag="d$pd-s$ps-$pm"
+    causal_flag=--no-causal causal_py=False
+    if [ "$pm" = causal ]; then causal_flag=--causal causal_py=True; fi
+    echo "== ncu: flashtile sm80 backward (dK/dV kernel) and FA2's backward, B=$pb H=$ph S=$ps D=$pd $pm"
+    ncu_args=(--set full --import-source yes --launch-skip 1 --launch-count 1)
+    FLASHTILE_CUDA_BACKWARD_KERNELS=sm80 timeout 200 ncu "${ncu_args[@]}" -k regex:bwd_dkdv -o "$out/ft-$tag" \
+      $bin run -b $pb --heads $ph -s $ps --head-dim $pd $causal_flag -r 2 --verify-rows 2 --backward \
+      > /dev/null 2>&1 || status=1
+    if [ "${PROFILE_FA2:-1}" = 1 ]; then
+      timeout 200 ncu "${ncu_args[@]}" -k regex:flash_bwd_dq_dk_dv -o "$out/fa2-$tag" python3 -c "
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 q = torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16, requires_grad=True)
 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-    for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
-torch.cuda.synchronize()" > "$out/ncu-bwd-fa2.txt" 2>&1 || status=1
-  grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Executed Instructions  |Shared Memory Throughput|Block Size|Grid Size|Dynamic Shared" \
-    "$out/ncu-bwd-flashtile.txt" "$out/ncu-bwd-fa2.txt"
+    for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=$causal_py).sum().backward()
+torch.cuda.synchronize()" > /dev/null 2>&1 || status=1
+    fi
+    for who in ft fa2; do
+      [ -f "$out/$who-$tag.ncu-rep" ] || continue
+      name=$([ $who = ft ] && echo flashtile || echo fa2)
+      ncu --import "$out/$who-$tag.ncu-rep" --print-details all > "$out/ncu-bwd-$name-$tag.txt" 2>&1
+      ncu --import "$out/$who-$tag.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 \
+        > "$out/ncu-bwd-$name-$tag-sass.csv.xz"
+      rm -f "$out/$who-$tag.ncu-rep"
+    done
+    grep -E "Duration|Registers Per|Executed Ipc A|Executed Instructions  |Warp Cycles Per Issued|Dynamic Shared" \
+      "$out"/ncu-bwd-*-$tag.txt
+  done
+  (cd "$out" && tar cf ncu-bwd.tar ncu-bwd-*-d*-s* && rm -f ncu-bwd-*-d*-s*)
+fi
+
+if want bwdparts; then  # each kernel's time in one backward: flashtile sm80 and FA2 (PROFILE_SHAPES as profilebwd)
+  for shape in ${PROFILE_SHAPES:-128:4096:full}; do
+    IFS=: read -r pd ps pm <<< "$shape"
+    pb=$((16384 / ps)) ph=$((2048 / pd))
+    causal_flag=--no-causal causal_py=False
+    if [ "$pm" = causal ]; then causal_flag=--causal causal_py=True; fi
+    echo "== kernel times (ncu gpu__time_duration), B=$pb H=$ph S=$ps D=$pd $pm: flashtile sm80 (warm-up, one call)"
+    ncu_args=(--metrics gpu__time_duration.sum --csv --print-units base)
+    FLASHTILE_CUDA_BACKWARD_KERNELS=sm80 timeout 200 ncu "${ncu_args[@]}" $bin run -b $pb --heads $ph -s $ps \
+      --head-dim $pd $causal_flag -r 1 --verify-rows 2 --backward 2>/dev/null | grep gpu__time_duration |
+      awk -F'","' '{split($5, k, /[<(]/); v = $NF; gsub(/[",]/, "", v); printf "  %-60s %12s ns\n", substr(k[1], 1, 60), v}'
+    echo "   FA2 (forward and backward, twice)"
+    timeout 200 ncu "${ncu_args[@]}" python3 -c "
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q = torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    for _ in range(2): torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=$causal_py).sum().backward()
+torch.cuda.synchronize()" 2>/dev/null | grep gpu__time_duration |
+      awk -F'","' '{split($5, k, /[<(]/); v = $NF; gsub(/[",]/, "", v); printf "  %-60s %12s ns\n", substr(k[1], 1, 60), v}'
+  done
 fi
 
 if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backward, B=8 H=16 S=2048 D=128 full
