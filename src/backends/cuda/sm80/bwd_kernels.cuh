@@ -264,40 +264,54 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
       scores(std::true_type{});
     __syncthreads();  // every warp's P and dS are in shared memory
 
-    // dV += P^T dO and dK += dS^T Q (keys x columns; P and dS read transposed).
+    // dV += P^T dO (keys x columns; P read transposed).
     warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dv, ProbTile{sP, kPStride, kv_row},
                                                   RowsTile{bDO, kStride, kv_col});
-    warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, ProbTile{sdS, kPStride, kv_row},
-                                                  RowsTile{bQ, kStride, kv_col});
-    if constexpr (kAccumulateDq) {  // dQ += dS K (queries x columns), added atomically: every CTA whose keys
-                                    // these rows see adds its share
-      float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
-      warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, ProbTile{sdS + dq_row * kPStride, kPStride, 0},
-                                                     RowsTile{sK, kStride, dq_col});
-      // Head dims are multiples of 8, so whether an 8-column block is real is the same for the whole warp.
-      // One address per row, the blocks at immediate offsets from it: the reductions' address arithmetic and
-      // per-element branches were ~10 instructions per reduction.
-      const bool all_cols = dq_col + kDqCols <= f.head_dim;
-      float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
+    // dQ += dS K (queries x columns), added atomically: every CTA whose keys these rows see adds its share;
+    // then dK += dS^T Q (keys x columns; dS read transposed). In this order the reductions, which hold their
+    // registers until the memory pipe has read them, drain while dK's products issue, and no branch may stand
+    // between them: a branch waits until every reduction before it has read its registers (ncu, v5: the
+    // reductions, each behind such a branch, held 11-30% of the kernel's stall samples at D = 64-256). So the
+    // column test, uniform over the warp, picks one of two copies of the whole tail, and rows past the sequence
+    // end are not branched around: they add -0 (x + -0 = x for every x) to the last real row instead. Their dS
+    // is 0 anyway (their Q and dO rows are zeros) unless a K holding inf makes it NaN, so -0 is selected rather
+    // than their values trusted.
+    auto dq_then_dk = [&](auto all_cols) {
+      if constexpr (kAccumulateDq) {
+        float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
+        warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, ProbTile{sdS + dq_row * kPStride, kPStride, 0},
+                                                       RowsTile{sK, kStride, dq_col});
+        // One address per row, the 8-column blocks at immediate offsets from it.
+        float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
 #pragma unroll
-      for (int i = 0; i < kDqRows / 16; ++i)
+        for (int i = 0; i < kDqRows / 16; ++i)
 #pragma unroll
-        for (int hr = 0; hr < 2; ++hr) {
-          const int row = row0 + dq_row + i * 16 + g + hr * 8;
-          if (row >= f.seqlen_q) continue;
-          float* dst = dq_head + static_cast<int64_t>(row) * f.head_dim + dq_col + 2 * t;
+          for (int hr = 0; hr < 2; ++hr) {
+            const int row = row0 + dq_row + i * 16 + g + hr * 8;
+            const bool real = row < f.seqlen_q;
+            float* dst =
+                dq_head + static_cast<int64_t>(real ? row : f.seqlen_q - 1) * f.head_dim + dq_col + 2 * t;
 #pragma unroll
-          for (int j = 0; j < kDqCols / 8; ++j) {
-            if (!all_cols && dq_col + j * 8 >= f.head_dim) break;
+            for (int j = 0; j < kDqCols / 8; ++j) {
+              // Head dims are multiples of 8: an 8-column block is real or not as a whole.
+              if (!decltype(all_cols)::value && dq_col + j * 8 >= f.head_dim) break;
 #if __CUDA_ARCH__ >= 900  // one 8-byte reduction (red.global.add.v2.f32) instead of two: half the atomic traffic
-            atomicAdd(reinterpret_cast<float2*>(dst + j * 8), make_float2(acc_dq[i][j][2 * hr], acc_dq[i][j][2 * hr + 1]));
+              atomicAdd(reinterpret_cast<float2*>(dst + j * 8), make_float2(real ? acc_dq[i][j][2 * hr] : -0.0f,
+                                                                         real ? acc_dq[i][j][2 * hr + 1] : -0.0f));
 #else
-            atomicAdd(dst + j * 8, acc_dq[i][j][2 * hr]);
-            atomicAdd(dst + j * 8 + 1, acc_dq[i][j][2 * hr + 1]);
+              atomicAdd(dst + j * 8, real ? acc_dq[i][j][2 * hr] : -0.0f);
+              atomicAdd(dst + j * 8 + 1, real ? acc_dq[i][j][2 * hr + 1] : -0.0f);
 #endif
+            }
           }
-        }
-    }
+      }
+      warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, ProbTile{sdS, kPStride, kv_row},
+                                                    RowsTile{bQ, kStride, kv_col});
+    };
+    if (!kAccumulateDq || dq_col + kDqCols <= f.head_dim)
+      dq_then_dk(std::true_type{});
+    else
+      dq_then_dk(std::false_type{});
   };
   run_steps(per_head * f.group, p.prefetch, issue, body);
 
