@@ -27,6 +27,7 @@
 #include "backends/cuda/sm80/bwd_config.hpp"
 #include "backends/cuda/sm80/fwd_tile.cuh"
 #include "backends/cuda/sm80/warp_mma.cuh"
+#include "backends/cuda/visible_keys.hpp"
 
 namespace flashtile::cuda::sm80 {
 
@@ -221,10 +222,13 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
         delta[i][hr] = sDelta[buffer * kM + r];
       }
     // S = Q K^T and dP = dO V^T (queries x keys), then P and dS into shared memory; compiled with and without
-    // the mask, with the visibility test of the forward's cap_and_mask (fwd_tile.cuh). Written out rather than
-    // shared through a helper taking the params by reference: that form compiled the masked tile ~130
-    // instructions longer (predicates spilled to registers, PRMT).
+    // the mask, which tests each element against its row's visible keys relative to the thread's first column
+    // (VisibleKeys, computed once a row after common subexpressions: the three-way test on absolute keys
+    // compiled to a branch per element here). Written out rather than shared through a helper taking the
+    // params by reference: that form compiled the masked tile ~130 instructions longer (predicates spilled to
+    // registers, PRMT).
     auto scores = [&](auto masked) {
+      constexpr bool kMasked = decltype(masked)::value;
       float acc_s[kSdpRows / 16][kSdpCols / 8][4] = {}, acc_dp[kSdpRows / 16][kSdpCols / 8][4] = {};
       warp_mma<T, kSdpRows, kSdpCols, kD, false, false>(acc_s, RowsTile{bQ + sdp_row * kStride, kStride, 0},
                                                         RowsTile{sK + sdp_col * kStride, kStride, 0});
@@ -238,17 +242,13 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
           for (int e = 0; e < 4; ++e) {
             float x = acc_s[i][j][e];
             if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
-            if (decltype(masked)::value) {
-              const int query = row0 + sdp_row + i * 16 + g + (e / 2) * 8;
-              const int key = key0 + sdp_col + j * 8 + 2 * t + e % 2;
-              const bool visible = key < f.seqlen_k && key >= query + f.key_offset - f.window_left &&
-                                   key <= query + f.key_offset + f.window_right;
-              x = visible ? x : -INFINITY;
-            }
+            if (kMasked)
+              x = VisibleKeys(f, row0 + sdp_row + i * 16 + g + (e / 2) * 8, key0 + sdp_col + 2 * t).sees(j * 8 + e % 2)
+                      ? x
+                      : -INFINITY;
             const float prob = exp2_approx(fmaf(x, f.scale_log2, -lse2[i][e / 2]));
             acc_s[i][j][e] = prob;
-            acc_dp[i][j][e] =
-                grad_score<kSoftcap, decltype(masked)::value>(prob, acc_dp[i][j][e], delta[i][e / 2], x, f);
+            acc_dp[i][j][e] = grad_score<kSoftcap, kMasked>(prob, acc_dp[i][j][e], delta[i][e / 2], x, f);
           }
 #pragma unroll
           for (int hr = 0; hr < 2; ++hr) {

@@ -12,6 +12,7 @@
 #include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm80/fwd_config.hpp"
 #include "backends/cuda/sm80/ptx.cuh"
+#include "backends/cuda/visible_keys.hpp"
 
 namespace flashtile::cuda::sm80 {
 
@@ -146,12 +147,10 @@ __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0,
       for (int e = 0; e < 4; ++e) {
         float x = acc_s[s][n][e];
         if (kSoftcap) x = p.softcap * tanhf(x * p.scale_over_cap);
-        if (kMasked) {
-          const int query = row0 + slice_row<Traits>(s) + g + (e / 2) * 8, key = col0 + n * 8 + 2 * t + e % 2;
-          const bool visible = key < p.seqlen_k && key >= query + p.key_offset - p.window_left &&
-                               key <= query + p.key_offset + p.window_right;
-          x = visible ? x : -INFINITY;
-        }
+        if (kMasked)  // row g or g + 8 of the slice, keys from this thread's first, col0 + 2 t
+          x = VisibleKeys(p, row0 + slice_row<Traits>(s) + g + (e / 2) * 8, col0 + 2 * t).sees(n * 8 + e % 2)
+                  ? x
+                  : -INFINITY;
         acc_s[s][n][e] = x;
       }
 }

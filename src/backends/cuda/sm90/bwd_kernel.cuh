@@ -49,6 +49,7 @@
 #include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm80/bwd_kernels.cuh"  // grad_score, lse_log2, pack2, bwd_dq_convert_kernel
 #include "backends/cuda/sm90/bwd_launch.hpp"    // kBwdStatsRowAlign, bwd_padded_rows
+#include "backends/cuda/visible_keys.hpp"
 
 namespace flashtile::cuda::sm90 {
 
@@ -411,19 +412,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     // until the step barrier.
     auto grads = [&](auto masked) {
       constexpr bool kMasked = decltype(masked)::value;
-      // Query q sees keys [q + key_offset - window_left, min(q + key_offset + window_right, seqlen_k - 1)]; for
-      // each of this thread's rows that interval is taken relative to the thread's first column, so an element
-      // costs two compares against a constant offset (absolute coordinates per element cost more instructions
-      // and, at D = 64, registers).
-      int lo[kRowSlots], hi[kRowSlots];
+      // Each of this thread's rows tests its elements against the keys it sees relative to the thread's first
+      // column (VisibleKeys), so an element costs two compares against a constant offset (absolute coordinates
+      // per element cost more instructions and, at D = 64, registers).
+      VisibleKeys visible[kRowSlots];
       if (kMasked) {
         const int key_first = key_w0 + get<1>(tScS(0));
         CUTE_UNROLL
-        for (int slot = 0; slot < kRowSlots; ++slot) {
-          const int query = row0 + slot_row(slot);
-          lo[slot] = query + f.key_offset - f.window_left - key_first;
-          hi[slot] = min(query + f.key_offset + f.window_right, f.seqlen_k - 1) - key_first;
-        }
+        for (int slot = 0; slot < kRowSlots; ++slot) visible[slot] = VisibleKeys(f, row0 + slot_row(slot), key_first);
       }
       warpgroup_wait<1>();
       warpgroup_fence_operand(tSrS);
@@ -431,10 +427,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       for (int e = 0; e < size(tSrS); ++e) {
         float x = tSrS(e);
         if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
-        if (kMasked) {
-          const int dc = get<1>(tScS(e)) - get<1>(tScS(0)), slot = row_slot(e);
-          x = dc >= lo[slot] && dc <= hi[slot] ? x : -INFINITY;
-        }
+        if (kMasked) x = visible[row_slot(e)].sees(get<1>(tScS(e)) - get<1>(tScS(0))) ? x : -INFINITY;
         tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)]));
       }
       warpgroup_wait<0>();

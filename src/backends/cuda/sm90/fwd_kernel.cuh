@@ -39,6 +39,7 @@
 #include "backends/cuda/fwd_tile_order.cuh"
 #include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm90/fwd_config.hpp"
+#include "backends/cuda/visible_keys.hpp"
 
 namespace flashtile::cuda::sm90 {
 
@@ -193,28 +194,20 @@ struct Consumer {
   __device__ void softmax(int col0, const FwdKernelParams& f, float (&alpha)[2]) {
     using namespace cute;
     auto tScS = thr_qk.partition_C(make_identity_tensor(Shape<_64, Int<kBlockN>>{}));
-    // Row r sees keys [r + key_offset - window_left, min(r + key_offset + window_right, seqlen_k - 1)]. For each
-    // of this thread's two rows (elements with (i / 2) % 2 == hr) that interval is taken relative to the thread's
-    // first column, so an element costs two compares against a constant offset and a select (the three-way
-    // test on absolute keys compiled to branches, ~13 instructions an element).
-    int lo[2], hi[2];
+    // Each of this thread's two rows (elements with (i / 2) % 2 == hr) tests its elements against the keys it
+    // sees relative to the thread's first column (VisibleKeys): two compares against a constant offset and a
+    // select per element (the three-way test on absolute keys compiled to branches, ~13 instructions an element).
+    VisibleKeys visible[2];
     if (kMasked) {
       const int col_first = col0 + get<1>(tScS(0));
       CUTE_UNROLL
-      for (int hr = 0; hr < 2; ++hr) {
-        const int row = first_row + get<0>(tScS(2 * hr));
-        lo[hr] = row + f.key_offset - f.window_left - col_first;
-        hi[hr] = min(row + f.key_offset + f.window_right, f.seqlen_k - 1) - col_first;
-      }
+      for (int hr = 0; hr < 2; ++hr) visible[hr] = VisibleKeys(f, first_row + get<0>(tScS(2 * hr)), col_first);
     }
     CUTE_UNROLL
     for (int i = 0; i < size(tSrS); ++i) {
       float x = tSrS(i);
       if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
-      if (kMasked) {
-        const int dc = get<1>(tScS(i)) - get<1>(tScS(0)), hr = (i / 2) % 2;
-        x = dc >= lo[hr] && dc <= hi[hr] ? x : -INFINITY;
-      }
+      if (kMasked) x = visible[(i / 2) % 2].sees(get<1>(tScS(i)) - get<1>(tScS(0))) ? x : -INFINITY;
       tSrS(i) = x;
     }
     CUTE_UNROLL
