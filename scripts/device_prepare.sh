@@ -2,15 +2,15 @@
 # Prepares a GPU round on this machine (the GPU machine has no package registry, so it gets binaries):
 #   build-device/  a build whose binaries need no OpenBLAS installed: OpenBLAS linked statically into
 #                  libflashtile.so, which the tool and the tests share, kernels for sm_90a only (the H200);
-#                  plus the GPU test binaries and the harnesses (bench/kernels/sm80_fwd_tiles.cu, mma_sync_peak.cu,
-#                  sm90_fwd_wgmma.cu)
+#                  plus the GPU test binaries and the harnesses (bench/kernels/sm80_fwd_tiles.cu, sm80_bwd_tiles.cu,
+#                  mma_sync_peak.cu, sm90_fwd_wgmma.cu)
 #   .device/       what else travels: libflashtile.so xz-compressed (52 MB -> ~7 MB: the carry limit is 64 MiB;
 #                  gpu_round.sh unpacks it), peers.py from ../shared/bench, libgomp, and a flashtile wheel with
 #                  the CUDA kernels and OpenBLAS inside, for `pip install` there (gpu_round.sh install)
 #                  (WHEEL=1 only); candidate libraries for an A/B go to .device/cand-<name>/ (scripts/candidate_lib.sh)
 # Then call the device tool with carry [build-device/tools/flashtile, build-device/cuda_forward_test,
-# build-device/cuda_backward_test, build-device/sm80_fwd_tiles, build-device/mma_sync_peak,
-# build-device/sm90_fwd_wgmma, .device] and run
+# build-device/cuda_backward_test, build-device/sm80_fwd_tiles, build-device/sm80_bwd_tiles,
+# build-device/mma_sync_peak, build-device/sm90_fwd_wgmma, .device] (the tool's 8 paths) and run
 # scripts/gpu_round.sh.
 # WHEEL=0 skips the wheel (its own incremental build in build-wheel/). SM90=OFF leaves the sm90 kernels out (auto
 # then runs the sm80 kernels on the H200).
@@ -28,7 +28,7 @@ for t in forward backward; do
     -lgtest -lgtest_main -lpthread \
     -o "build-device/cuda_${t}_test"
 done
-for harness in sm80_fwd_tiles mma_sync_peak; do
+for harness in sm80_fwd_tiles sm80_bwd_tiles mma_sync_peak; do
   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude "bench/kernels/$harness.cu" \
     -o "build-device/$harness"
 done
@@ -45,5 +45,6 @@ if [ "${WHEEL:-1}" = 1 ]; then  # py3-none wheel (ctypes): built with 3.11 here,
     -Ccmake.define.FLASHTILE_CUDA_SM90=${SM90:-ON} -Ccmake.define.FLASHTILE_CUTLASS_DIR="$cutlass" \
     -Cbuild-dir=build-wheel
 fi
-du -shL build-device/tools/flashtile build-device/cuda_*_test build-device/sm80_fwd_tiles build-device/mma_sync_peak \
+du -shL build-device/tools/flashtile build-device/cuda_*_test build-device/sm80_fwd_tiles build-device/sm80_bwd_tiles \
+  build-device/mma_sync_peak \
   build-device/sm90_fwd_wgmma .device

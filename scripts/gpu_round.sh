@@ -12,6 +12,7 @@
 #   smallsmem: the backward as an A100 (163 KB) and a 99 KB GPU would run it (FLASHTILE_CUDA_SMEM_LIMIT);
 #   cpudiag: which OpenBLAS kernels the host CPU gets; tiles: bench/kernels/sm80_fwd_tiles (tile configs) and
 #     bench/kernels/mma_sync_peak (mma.sync's dense rate);
+#   bwdtiles: bench/kernels/sm80_bwd_tiles (the sm80 backward's dK/dV kernel under other rows of bwd_config.hpp);
 #   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper forward's harness);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
@@ -75,6 +76,11 @@ if want tiles; then  # the tile rows, then mma.sync's own dense rate (the sm80 k
   echo "== sm80 forward tile configurations"
   timeout 300 build-device/sm80_fwd_tiles | tee "$out/sm80-tiles.txt"
   timeout 60 build-device/mma_sync_peak | tee -a "$out/sm80-tiles.txt"
+fi
+
+if want bwdtiles; then  # the sm80 backward's dK/dV kernel under other rows, beside the table's (agreement checked)
+  echo "== sm80 backward tile rows"
+  timeout 400 build-device/sm80_bwd_tiles | tee "$out/sm80-bwd-tiles.txt"
 fi
 
 if want tests; then  # the forward families in separate processes: a crash in one cannot poison the other's context

@@ -1,0 +1,161 @@
+// Development harness: the sm80 backward's dK/dV kernel (default mode: dQ added into the fp32 accumulator by
+// atomics) under other rows than the library's (bwd_config.hpp's fields), timed side by side on one GPU
+// (sustained: harness::median_ms), each checked against the library's row for agreement on dK, dV and the dQ
+// accumulator (within 2% of the largest value: other warp splits add in other orders). O and the LSE come from
+// the sm80 forward, D from the library's D kernel; only the dK/dV kernel is timed. Not part of the library;
+// results and decisions go to docs/perf-log.md.
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/kernels/sm80_bwd_tiles.cu
+// `sm80_bwd_tiles D S` runs only that head dim and length (to profile one shape); no arguments: the sweep.
+#include <cuda_bf16.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "backends/cuda/sm80/bwd_launch.cuh"
+#include "backends/cuda/sm80/fwd_launch.cuh"
+#include "harness.hpp"
+
+using namespace flashtile::cuda;
+using namespace flashtile::cuda::sm80;
+using T = __nv_bfloat16;
+
+struct Problem {
+  int batch, seqlen, heads, dim;
+  bool causal;
+};
+
+// Any other row, field by field as in bwd_config.hpp.
+template <int kBlockN_, int kBlockM_, int kSdpWarpsM_, int kKvWarpsN_, int kDqWarpsM_>
+struct Row {
+  static constexpr int kBlockN = kBlockN_, kBlockM = kBlockM_, kSdpWarpsM = kSdpWarpsM_, kKvWarpsN = kKvWarpsN_,
+                       kDqWarpsM = kDqWarpsM_;
+};
+
+// One problem's tensors, contiguous BSHD (no GQA), and the backward's parameters over them.
+struct Tensors {
+  size_t n = 0, rows = 0;  // elements of q (= k, v, o, dO, dK, dV); query rows over all heads
+  void *q, *k, *v, *o, *dout, *dk, *dv;
+  float *lse, *delta, *dq_accum;
+  BwdKernelParams p{};
+
+  template <int D>
+  void init(const Problem& pr) {
+    n = size_t(pr.batch) * pr.seqlen * pr.heads * pr.dim;
+    rows = size_t(pr.batch) * pr.heads * pr.seqlen;
+    // q, k, v and dO differ, so that no product is symmetric (a transposed read could agree on symmetric data).
+    for (void** t : {&q, &k, &v, &o, &dout, &dk, &dv}) CHECK(cudaMalloc(t, n * 2));
+    for (float** t : {&lse, &delta}) CHECK(cudaMalloc(t, rows * 4));
+    CHECK(cudaMalloc(&dq_accum, n * 4));
+    uint32_t seed = 12345;
+    for (void* t : {q, k, v, dout}) {
+      const std::vector<uint16_t> host = harness::bf16_inputs(n, seed++);
+      CHECK(cudaMemcpy(t, host.data(), n * 2, cudaMemcpyHostToDevice));
+    }
+    using Fwd = FwdConfigHopper<D>;
+    const FwdKernelParams f = harness::bshd_params(q, k, v, o, lse, pr.batch, pr.seqlen, pr.heads, pr.dim,
+                                                   pr.causal, FwdTraits<D, Fwd>::kBlockM);
+    CHECK((launch_fwd<T, D, kV2, Fwd>(f, nullptr)));
+    p.fwd = f;
+    p.dout = dout, p.dk = dk, p.dv = dv;
+    for (int d = 0; d < 3; ++d) p.dout_stride[d] = p.dk_stride[d] = p.dv_stride[d] = f.q_stride[d];
+    p.heads_kv = pr.heads;
+    p.scale = 1.0f / std::sqrt(float(pr.dim));
+    p.delta = delta, p.delta_head_stride = pr.seqlen, p.dq_accum = dq_accum;
+    int device = 0;
+    CHECK(cudaGetDevice(&device));
+    CHECK(cudaDeviceGetAttribute(&p.smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+    bwd_delta_kernel<T><<<unsigned((rows + 7) / 8), 256>>>(p);
+    CHECK(cudaDeviceSynchronize());
+  }
+  ~Tensors() {
+    for (void* t : {q, k, v, o, dout, dk, dv}) cudaFree(t);
+    for (float* t : {lse, delta, dq_accum}) cudaFree(t);
+  }
+};
+
+// One row's dK/dV kernel on the problem: its time, then one clean run whose dK, dV and dQ accumulator are
+// copied into `out` (dK, dV as bf16 widened to float, then the accumulator).
+template <int D, typename Config>
+float run_row(Tensors& t, std::vector<float>& out) {
+  using Traits = BwdDkdvTraits<D, Config>;
+  BwdKernelParams p = t.p;
+  p.n_blocks = (p.fwd.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
+  auto launch = [&] {
+    CHECK(launch_bwd_kernel(bwd_dkdv_kernel<Traits, T, false, true>, p,
+                            int64_t(p.n_blocks) * p.fwd.batch * p.heads_kv, Traits::kThreads, 1,
+                            Traits::smem_bytes(1), Traits::smem_bytes(2), nullptr));
+  };
+  const float ms = harness::median_ms(launch);  // the accumulator grows meanwhile: the time does not depend on it
+  CHECK(cudaMemset(t.dq_accum, 0, t.n * 4));
+  CHECK(cudaMemset(t.dk, 0xff, t.n * 2));  // NaN: an element the kernel does not write shows
+  CHECK(cudaMemset(t.dv, 0xff, t.n * 2));
+  launch();
+  CHECK(cudaDeviceSynchronize());
+  out.resize(3 * t.n);
+  std::vector<uint16_t> g(t.n);
+  for (int which = 0; which < 2; ++which) {
+    CHECK(cudaMemcpy(g.data(), which ? t.dv : t.dk, t.n * 2, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < t.n; ++i) out[which * t.n + i] = harness::bf16_to_float(g[i]);
+  }
+  CHECK(cudaMemcpy(out.data() + 2 * t.n, t.dq_accum, t.n * 4, cudaMemcpyDeviceToHost));
+  return ms;
+}
+
+// Whether a row's dK, dV and dQ accumulator each agree with the table row's (harness::Agreement's rule).
+bool agrees(const std::vector<float>& a, const std::vector<float>& ref, size_t n) {
+  bool ok = true;
+  for (int part = 0; part < 3; ++part) {
+    double worst = 0, scale = 0;
+    for (size_t i = part * n; i < (part + 1) * n; ++i) {
+      if (!std::isfinite(a[i])) return false;
+      worst = std::max(worst, double(std::fabs(a[i] - ref[i])));
+      scale = std::max(scale, double(std::fabs(ref[i])));
+    }
+    ok = ok && worst <= 0.02 * scale;
+  }
+  return ok;
+}
+
+int g_only_dim = 0, g_only_seqlen = 0;
+
+// The table's row for D, then each of Configs, on one problem (grid A: B = 16384 / S, H = 2048 / D).
+template <int D, typename... Configs>
+void sweep(int seqlen, bool causal, const char* const* names) {
+  if ((g_only_dim && g_only_dim != D) || (g_only_seqlen && g_only_seqlen != seqlen)) return;
+  const Problem pr{16384 / seqlen, seqlen, 2048 / D, D, causal};
+  Tensors t;
+  t.init<D>(pr);
+  const double flops = 2.5 * 4.0 * pr.batch * pr.heads * double(seqlen) * seqlen * D / (causal ? 2 : 1);
+  std::vector<float> ref, out;
+  auto report = [&](const char* name, float ms, const char* verdict) {
+    std::printf("D%-3d S%-5d %-6s %-40s %8.3f ms %7.1f TFLOP/s  %s\n", D, seqlen, causal ? "causal" : "full", name,
+                ms, flops / ms / 1e9, verdict);
+  };
+  report("table", run_row<D, BwdDkdvConfig<D>>(t, ref), "(the table's row)");
+  int i = 0;
+  (
+      [&] {
+        const float ms = run_row<D, Configs>(t, out);
+        report(names[i++], ms, agrees(out, ref, t.n) ? "agrees" : "DISAGREES with the table's row");
+      }(),
+      ...);
+}
+
+int main(int argc, char** argv) {
+  if (argc == 3) g_only_dim = std::atoi(argv[1]), g_only_seqlen = std::atoi(argv[2]);
+  // Candidates from the profile against FA2 (bench/results/2026-12-01-sm80-bwd-profile): at D = 64 FA2's split of
+  // S and dP (4 warps along the queries: 32 x 64 warp tiles, where the table has 64 x 32); at D = 128 dQ on
+  // 4 x 2 warps; at D = 256 S and dP on 2 x 4 warps (32 x 16 tiles).
+  static const char* const d64[] = {"S/dP 4 x 2 warps (FA2's)"};
+  static const char* const d128[] = {"dQ 4 x 2 warps"};
+  static const char* const d256[] = {"S/dP 2 x 4 warps"};
+  for (bool causal : {false, true})
+    for (int s : {512, 1024, 4096}) {
+      sweep<64, Row<128, 128, 4, 4, 4>>(s, causal, d64);
+      sweep<128, Row<128, 64, 2, 4, 4>>(s, causal, d128);
+      sweep<256, Row<64, 64, 2, 2, 2>>(s, causal, d256);
+    }
+  return 0;
+}
