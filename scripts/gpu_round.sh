@@ -141,29 +141,41 @@ torch.cuda.synchronize()" > "$out/ncu-fa2.txt" 2>&1 || status=1
     "$out/ncu-flashtile.txt" "$out/ncu-fa2.txt"
 fi
 
+# A grid A shape "D:S:mask" (B = 16384 / S, H = 2048 / D): sets pd ps pm pb ph, the tool's mask flag
+# (causal_flag) and PyTorch's (causal_py).
+grid_a_shape() {
+  IFS=: read -r pd ps pm <<< "$1"
+  pb=$((16384 / ps)) ph=$((2048 / pd))
+  causal_flag=--no-causal causal_py=False
+  if [ "$pm" = causal ]; then causal_flag=--causal causal_py=True; fi
+}
+# PyTorch's flash backend (FA2), forward and backward <iterations> times on the grid_a_shape problem.
+fa2_backward_py() {
+  echo "
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q = torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    for _ in range($1): torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=$causal_py).sum().backward()
+torch.cuda.synchronize()"
+}
+
 if want profilebwd; then  # the sm80 dK/dV kernel (default mode) and FA2's main backward kernel, grid A shapes
-  # PROFILE_SHAPES: "D:S:mask ..." (default 128:4096:full), B = 16384 / S and H = 2048 / D as in grid A. Per shape:
-  # both kernels' second launch, all sections (ncu-bwd-{flashtile,fa2}-dD-sS-mask.txt) and their SASS with the
-  # source counters (stall samples per instruction; ...-sass.csv.xz), all in ncu-bwd.tar (the device tool brings
-  # back 8 files). PROFILE_FA2=0 leaves FA2 out.
+  # PROFILE_SHAPES: "D:S:mask ..." (default 128:4096:full). Per shape: both kernels' second launch, all sections
+  # (ncu-bwd-{flashtile,fa2}-dD-sS-mask.txt) and their SASS with the source counters (stall samples per
+  # instruction; ...-sass.csv.xz), all in ncu-bwd.tar (the device tool brings back 8 files). PROFILE_FA2=0 leaves
+  # FA2 out.
   for shape in ${PROFILE_SHAPES:-128:4096:full}; do
-    IFS=: read -r pd ps pm <<< "$shape"
-    pb=$((16384 / ps)) ph=$((2048 / pd)) tag="d$pd-s$ps-$pm"
-    causal_flag=--no-causal causal_py=False
-    if [ "$pm" = causal ]; then causal_flag=--causal causal_py=True; fi
+    grid_a_shape "$shape"
+    tag="d$pd-s$ps-$pm"
     echo "== ncu: flashtile sm80 backward (dK/dV kernel) and FA2's backward, B=$pb H=$ph S=$ps D=$pd $pm"
     ncu_args=(--set full --import-source yes --launch-skip 1 --launch-count 1)
     FLASHTILE_CUDA_BACKWARD_KERNELS=sm80 timeout 200 ncu "${ncu_args[@]}" -k regex:bwd_dkdv -o "$out/ft-$tag" \
       $bin run -b $pb --heads $ph -s $ps --head-dim $pd $causal_flag -r 2 --verify-rows 2 --backward \
       > /dev/null 2>&1 || status=1
     if [ "${PROFILE_FA2:-1}" = 1 ]; then
-      timeout 200 ncu "${ncu_args[@]}" -k regex:flash_bwd_dq_dk_dv -o "$out/fa2-$tag" python3 -c "
-import torch
-from torch.nn.attention import sdpa_kernel, SDPBackend
-q = torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16, requires_grad=True)
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-    for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=$causal_py).sum().backward()
-torch.cuda.synchronize()" > /dev/null 2>&1 || status=1
+      timeout 200 ncu "${ncu_args[@]}" -k regex:flash_bwd_dq_dk_dv -o "$out/fa2-$tag" python3 -c "$(fa2_backward_py 3)" \
+        > /dev/null 2>&1 || status=1
     fi
     for who in ft fa2; do
       [ -f "$out/$who-$tag.ncu-rep" ] || continue
@@ -180,25 +192,18 @@ torch.cuda.synchronize()" > /dev/null 2>&1 || status=1
 fi
 
 if want bwdparts; then  # each kernel's time in one backward: flashtile sm80 and FA2 (PROFILE_SHAPES as profilebwd)
+  kernel_times() {  # ncu's CSV of gpu__time_duration -> one line a kernel launch: its name, its time
+    grep gpu__time_duration |
+      awk -F'","' '{split($5, k, /[<(]/); v = $NF; gsub(/[",]/, "", v); printf "  %-60s %12s ns\n", substr(k[1], 1, 60), v}'
+  }
+  ncu_args=(--metrics gpu__time_duration.sum --csv --print-units base)
   for shape in ${PROFILE_SHAPES:-128:4096:full}; do
-    IFS=: read -r pd ps pm <<< "$shape"
-    pb=$((16384 / ps)) ph=$((2048 / pd))
-    causal_flag=--no-causal causal_py=False
-    if [ "$pm" = causal ]; then causal_flag=--causal causal_py=True; fi
+    grid_a_shape "$shape"
     echo "== kernel times (ncu gpu__time_duration), B=$pb H=$ph S=$ps D=$pd $pm: flashtile sm80 (warm-up, one call)"
-    ncu_args=(--metrics gpu__time_duration.sum --csv --print-units base)
     FLASHTILE_CUDA_BACKWARD_KERNELS=sm80 timeout 200 ncu "${ncu_args[@]}" $bin run -b $pb --heads $ph -s $ps \
-      --head-dim $pd $causal_flag -r 1 --verify-rows 2 --backward 2>/dev/null | grep gpu__time_duration |
-      awk -F'","' '{split($5, k, /[<(]/); v = $NF; gsub(/[",]/, "", v); printf "  %-60s %12s ns\n", substr(k[1], 1, 60), v}'
+      --head-dim $pd $causal_flag -r 1 --verify-rows 2 --backward 2>/dev/null | kernel_times
     echo "   FA2 (forward and backward, twice)"
-    timeout 200 ncu "${ncu_args[@]}" python3 -c "
-import torch
-from torch.nn.attention import sdpa_kernel, SDPBackend
-q = torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16, requires_grad=True)
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-    for _ in range(2): torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=$causal_py).sum().backward()
-torch.cuda.synchronize()" 2>/dev/null | grep gpu__time_duration |
-      awk -F'","' '{split($5, k, /[<(]/); v = $NF; gsub(/[",]/, "", v); printf "  %-60s %12s ns\n", substr(k[1], 1, 60), v}'
+    timeout 200 ncu "${ncu_args[@]}" python3 -c "$(fa2_backward_py 2)" 2>/dev/null | kernel_times
   done
 fi
 

@@ -344,10 +344,7 @@ FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& p, i
   k.batch = static_cast<int>(p.batch), k.heads_q = static_cast<int>(p.heads_q), k.group = static_cast<int>(p.group());
   k.seqlen_q = static_cast<int>(p.seqlen_q), k.seqlen_k = static_cast<int>(p.seqlen_k);
   k.head_dim = static_cast<int>(p.head_dim);
-  const int64_t unbounded = p.seqlen_q + p.seqlen_k;
-  k.key_offset = static_cast<int>(p.keys.offset);
-  k.window_left = static_cast<int>(p.keys.left < 0 ? unbounded : p.keys.left);
-  k.window_right = static_cast<int>(p.keys.right < 0 ? unbounded : p.keys.right);
+  set_key_window(k, p.keys);
   constexpr float kLog2e = 1.4426950408889634f;
   k.softcap = p.softcap;
   k.scale_log2 = p.softcap > 0 ? kLog2e : p.scale * kLog2e;

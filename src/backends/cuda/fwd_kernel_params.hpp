@@ -32,6 +32,16 @@ struct FwdKernelParams {
   float* fa1_sum;
 };
 
+// The mask's fields (key_offset, window_left, window_right) from a validated call's KeyRange; an unbounded side
+// becomes seqlen_q + seqlen_k, beyond any row's reach. Shared by make_fwd_params and the CPU test of the kernels'
+// mask (tests/backends/cuda/visible_keys_test.cpp).
+inline void set_key_window(FwdKernelParams& k, const KeyRange& keys) {
+  const int64_t unbounded = keys.seqlen_q + keys.seqlen_k;
+  k.key_offset = static_cast<int>(keys.offset);
+  k.window_left = static_cast<int>(keys.left < 0 ? unbounded : keys.left);
+  k.window_right = static_cast<int>(keys.right < 0 ? unbounded : keys.right);
+}
+
 // Resolves a validated call into kernel parameters for a kernel of `block_m` query rows per CTA
 // (cuda_backend.cpp; also used by the tool's ablation, which launches kernel variants directly).
 FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& problem, int block_m);

@@ -17,7 +17,7 @@ namespace flashtile::cuda {
 // that key first_key + c is visible iff sees(c): two compares against the compile-time column offset c of each
 // element, with the row's bounds computed once per row. The three-way test on absolute keys per element cost
 // more instructions, and in the sm80 backward compiled to a branch per element (docs/perf-log.md, sm90 forward
-// v6b and sm80 backward v6).
+// v6b and sm80 backward v7).
 struct VisibleKeys {
   int lo, hi;
 
@@ -27,7 +27,8 @@ struct VisibleKeys {
     lo = query + p.key_offset - p.window_left - first_key;
     hi = (last < p.seqlen_k - 1 ? last : p.seqlen_k - 1) - first_key;
   }
-  // Both compares always evaluated (&, not &&): nothing to branch on.
+  // Two side-effect-free compares: the compiler makes them predicates, not branches (with & the sm80 backward
+  // spilled more, with && as much: ptxas decides).
   FLASHTILE_HOST_DEVICE bool sees(int c) const { return c >= lo && c <= hi; }
 };
 

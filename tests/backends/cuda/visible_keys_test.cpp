@@ -1,8 +1,7 @@
 // The masked tiles of the CUDA kernels decide which scores a query row keeps through VisibleKeys
 // (src/backends/cuda/visible_keys.hpp): per-row bounds relative to a thread's first key, then two compares per
-// element. This checks, on the CPU, for every row, key and fragment offset of a set of shapes, with the kernel
-// parameters resolved as the CUDA backend resolves them (cuda_backend.cpp: an unbounded window side becomes
-// seqlen_q + seqlen_k), that the test equals
+// element. This checks, on the CPU, for every row, key and fragment offset of a set of shapes, with the mask's
+// kernel parameters resolved as the CUDA backend resolves them (set_key_window), that the test equals
 //   - the mask's definition (KeyRange, SPEC.md) on the real rows, and
 //   - the per-element test on absolute keys it replaced, also on rows past the sequence end, which the kernels
 //     mask too (their scores are never stored; the backward's dS of such a row must stay what it was).
@@ -18,11 +17,8 @@ namespace {
 
 cuda::FwdKernelParams kernel_masks(const KeyRange& keys) {
   cuda::FwdKernelParams p{};
-  const int64_t unbounded = keys.seqlen_q + keys.seqlen_k;
   p.seqlen_q = static_cast<int>(keys.seqlen_q), p.seqlen_k = static_cast<int>(keys.seqlen_k);
-  p.key_offset = static_cast<int>(keys.offset);
-  p.window_left = static_cast<int>(keys.left < 0 ? unbounded : keys.left);
-  p.window_right = static_cast<int>(keys.right < 0 ? unbounded : keys.right);
+  cuda::set_key_window(p, keys);  // as make_fwd_params resolves the mask
   return p;
 }
 
