@@ -5,6 +5,8 @@
 // iteration before its use; the large head dims keep one stage to fit an A100's 163 KB (and an RTX's 99 KB).
 #pragma once
 
+#include <type_traits>
+
 namespace flashtile::cuda::sm80 {
 
 template <int kHeadDim_>
@@ -37,11 +39,16 @@ template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kNWarps =
 // persistent lost 18-22% (its persistent build spills, and ncu showed its warps stalled twice as long per
 // instruction), so it keeps a CTA per block. An RTX (99 KB) or an A100 (163 KB) cannot run these rows. Rows here
 // need their head dim in `hopper_rows` of cmake/cuda_instantiations.cmake.
+// kRelativeMask (optional, default false): the masked tiles test keys against per-row bounds relative to the
+// thread's first key (fwd_tile.cuh, cap_and_mask) instead of absolute keys. Neither form costs much itself, but
+// each gives the whole kernel another register allocation: same-call A/B on the H200 (docs/perf-log.md, v17 and
+// v18), the relative form on D = 128's Hopper row +2-5% (its spills 184 -> 4 bytes), on the other rows -1 to -5%
+// (D = 128's long row -4%, though its spills went 172 -> 0 bytes).
 template <int kHeadDim>
 struct FwdConfigHopper : FwdConfig<kHeadDim> {};
 //                            kHeadDim      kBlockN    kNWarps      kMSlices      kStages    kSkipRescale   kKvRing   kPersistent   smem (bf16)
 template <> struct FwdConfigHopper<64>  { static constexpr int kBlockN = 128, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = false, kPersistent = false; };  //  90 KB
-template <> struct FwdConfigHopper<128> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 1; static constexpr bool kSkipRescale = true, kKvRing = false, kPersistent = false; };   //  68 KB
+template <> struct FwdConfigHopper<128> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 1; static constexpr bool kSkipRescale = true, kKvRing = false, kPersistent = false, kRelativeMask = true; };   //  68 KB
 template <> struct FwdConfigHopper<192> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 1, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = false; };   // 150 KB
 template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 1, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = true; };    // 198 KB
 
@@ -52,6 +59,13 @@ template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNW
 template <int kHeadDim>
 struct FwdConfigHopperLong;
 template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = true, kPersistent = false; };   // 136 KB
+
+// A row's kRelativeMask, false where the row does not name it.
+template <typename Config, typename = void>
+struct RowRelativeMask : std::false_type {};
+template <typename Config>
+struct RowRelativeMask<Config, std::void_t<decltype(Config::kRelativeMask)>>
+    : std::bool_constant<Config::kRelativeMask> {};
 
 // Everything derived from a row of the table, with the checks that keep a new row honest. Config defaults to
 // the table's row; bench/kernels/ passes others to measure alternatives.
@@ -64,6 +78,7 @@ struct FwdTraits : Config {
   static constexpr int kThreads = Config::kNWarps * 32;
   static constexpr int kBlockM = Config::kNWarps * Config::kMSlices * 16;
   static constexpr int kRowStride = kHeadDim + 8;  // padded by 16 bytes: ldmatrix rows land in distinct banks
+  static constexpr bool kRelativeMask = RowRelativeMask<Config>::value;
   static constexpr int kSmemBytes = (kBlockM + 2 * Config::kStages * Config::kBlockN) * kRowStride * 2 +
                                     (Config::kKvRing ? kRingBarrierBytes : 0);
   static_assert(kHeadDim % 16 == 0, "the MMA k-step is 16: head dims are padded to a multiple of 16");

@@ -132,7 +132,9 @@ __device__ __forceinline__ bool tile_hidden(const FwdKernelParams& p, int first_
          col0 + Traits::kBlockN - 1 < first_query + p.key_offset - p.window_left;
 }
 
-// Softcap, then (kMasked) the mask, on a tile of scores; hidden scores become -inf. Callers pick kMasked with
+// Softcap, then (kMasked) the mask, on a tile of scores; hidden scores become -inf. The mask is tested against
+// absolute keys, or (rows with kRelativeMask, fwd_config.hpp) against per-row bounds relative to the thread's
+// first key (VisibleKeys); the two compile to different register allocations of the whole kernel. Callers pick kMasked with
 // tile_fully_visible and instantiate both: a runtime test inside was if-converted by the compiler into ~260
 // predicated instructions issued on every tile (docs/perf-log.md, v6).
 template <typename Traits, bool kSoftcap, bool kMasked>
@@ -147,10 +149,18 @@ __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0,
       for (int e = 0; e < 4; ++e) {
         float x = acc_s[s][n][e];
         if (kSoftcap) x = p.softcap * tanhf(x * p.scale_over_cap);
-        if (kMasked)  // row g or g + 8 of the slice, keys from this thread's first, col0 + 2 t
-          x = VisibleKeys(p, row0 + slice_row<Traits>(s) + g + (e / 2) * 8, col0 + 2 * t).sees(n * 8 + e % 2)
-                  ? x
-                  : -INFINITY;
+        if (kMasked) {  // row g or g + 8 of the slice; this thread's keys start at col0 + 2 t
+          const int query = row0 + slice_row<Traits>(s) + g + (e / 2) * 8;
+          bool visible;
+          if constexpr (Traits::kRelativeMask) {
+            visible = VisibleKeys(p, query, col0 + 2 * t).sees(n * 8 + e % 2);
+          } else {
+            const int key = col0 + n * 8 + 2 * t + e % 2;
+            visible = key < p.seqlen_k && key >= query + p.key_offset - p.window_left &&
+                      key <= query + p.key_offset + p.window_right;
+          }
+          x = visible ? x : -INFINITY;
+        }
         acc_s[s][n][e] = x;
       }
 }
