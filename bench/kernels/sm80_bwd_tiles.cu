@@ -67,7 +67,7 @@ struct Tensors {
     int device = 0;
     CHECK(cudaGetDevice(&device));
     CHECK(cudaDeviceGetAttribute(&p.smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    bwd_delta_kernel<T><<<unsigned((rows + 7) / 8), 256>>>(p);
+    bwd_delta_kernel<T, D><<<LaneRow<D>::blocks(rows), kRowThreads>>>(p);
     CHECK(cudaDeviceSynchronize());
   }
   ~Tensors() {

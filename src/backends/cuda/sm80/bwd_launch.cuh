@@ -75,12 +75,11 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
   const FwdKernelParams& f = p.fwd;
   const bool accumulate_dq = p.dq_accum != nullptr;  // default mode; deterministic mode runs bwd_dq_kernel
   const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-  constexpr int kRowWarps = 8;  // query rows per block of the D and dQ-convert kernels (one warp each)
-  const auto row_blocks = static_cast<unsigned>((rows + kRowWarps - 1) / kRowWarps);
+  const unsigned row_blocks = LaneRow<kHeadDim>::blocks(rows);  // of the D and dQ-convert kernels
   if (accumulate_dq)
     if (cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, rows * f.head_dim * sizeof(float), stream); err != cudaSuccess)
       return err;
-  if (rows > 0) bwd_delta_kernel<T><<<row_blocks, kRowWarps * 32, 0, stream>>>(p);  // seqlen_q = 0: none
+  if (rows > 0) bwd_delta_kernel<T, kHeadDim><<<row_blocks, kRowThreads, 0, stream>>>(p);  // seqlen_q = 0: none
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
   auto launch_dkdv = [&](auto kernel) {
@@ -92,7 +91,7 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
     cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, true, true>)
                               : launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, false, true>);
     if (err != cudaSuccess) return err;
-    if (rows > 0) bwd_dq_convert_kernel<T><<<row_blocks, kRowWarps * 32, 0, stream>>>(p);
+    if (rows > 0) bwd_dq_convert_kernel<T, kHeadDim><<<row_blocks, kRowThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
   cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, true, false>)

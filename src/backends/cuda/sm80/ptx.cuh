@@ -121,4 +121,22 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// One 16-byte global store of four words. A uint4 store of four separately computed words compiled to four 4-byte
+// stores (ptxas had the words in registers that are not a consecutive quad).
+__device__ __forceinline__ void st_global_v4(void* gmem, uint32_t x, uint32_t y, uint32_t z, uint32_t w) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"l"(gmem), "r"(x), "r"(y), "r"(z), "r"(w) : "memory");
+}
+
+// The two 16-bit values of a packed pair as floats (pack2's inverse).
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t v);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t v) {
+  return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162*>(&v));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t v) {
+  return __half22float2(*reinterpret_cast<__half2*>(&v));
+}
+
 }  // namespace flashtile::cuda::sm80

@@ -47,7 +47,7 @@
 
 #include "backends/cuda/bwd_kernel_params.hpp"
 #include "backends/cuda/quad_reduce.cuh"
-#include "backends/cuda/sm80/bwd_kernels.cuh"  // grad_score, lse_log2, pack2, bwd_dq_convert_kernel
+#include "backends/cuda/sm80/bwd_kernels.cuh"  // grad_score, lse_log2, pack2, the row kernels
 #include "backends/cuda/sm90/bwd_launch.hpp"    // kBwdStatsRowAlign, bwd_padded_rows
 #include "backends/cuda/visible_keys.hpp"
 
@@ -180,28 +180,19 @@ struct BwdTraits {
 };
 
 // D = rowsum(dO * O) and the LSE in log2 units (lse_log2: rows that saw no key get 0) for one workspace row per
-// warp, rows (batch, head, padded row); the padding rows get 0 for both (their Q and dO load as zeros, so they
-// add nothing to dK and dV, and their dQ is clipped).
-template <typename CudaT>
-__global__ void bwd_prep_kernel(const BwdKernelParams p) {
+// lane group (sm80::LaneRow), rows (batch, head, padded row); the padding rows get 0 for both (their Q and dO load
+// as zeros, so they add nothing to dK and dV, and their dQ is clipped).
+template <typename CudaT, int kHeadDim>
+__global__ void __launch_bounds__(sm80::kRowThreads) bwd_prep_kernel(const BwdKernelParams p) {
   const FwdKernelParams& f = p.fwd;
-  const int64_t padded = bwd_padded_rows(f.seqlen_q);
-  const int64_t index = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
-  if (index >= static_cast<int64_t>(f.batch) * f.heads_q * padded) return;
-  const int i = static_cast<int>(index % padded), h = static_cast<int>((index / padded) % f.heads_q);
-  const int b = static_cast<int>(index / (padded * f.heads_q));
+  sm80::LaneRow<kHeadDim> r;
+  if (!r.find(f, bwd_padded_rows(f.seqlen_q))) return;
   float acc = 0.0f, lse2 = 0.0f;
-  if (i < f.seqlen_q) {
-    const CudaT* o = static_cast<const CudaT*>(f.o) + b * f.o_stride[0] + i * f.o_stride[1] + h * f.o_stride[2];
-    const CudaT* d =
-        static_cast<const CudaT*>(p.dout) + b * p.dout_stride[0] + i * p.dout_stride[1] + h * p.dout_stride[2];
-    for (int c = threadIdx.x % 32; c < f.head_dim; c += 32)
-      acc += static_cast<float>(o[c]) * static_cast<float>(d[c]);
-    lse2 = sm80::lse_log2(f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + i * f.lse_stride[2]]);
+  if (r.i < f.seqlen_q) {
+    acc = sm80::row_dot_o_do<CudaT>(p, r);
+    lse2 = sm80::lse_log2(f.lse[r.b * f.lse_stride[0] + r.h * f.lse_stride[1] + r.i * f.lse_stride[2]]);
   }
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-  if (threadIdx.x % 32 == 0) p.delta[index] = acc, p.lse_log2[index] = lse2;
+  if (r.lane == 0) p.delta[r.index] = acc, p.lse_log2[r.index] = lse2;
 }
 
 // A bulk copy of `bytes` (a multiple of 16) from global to shared memory, completing on an mbarrier's
