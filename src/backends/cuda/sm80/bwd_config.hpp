@@ -8,8 +8,10 @@
 // P and dS go through shared memory in between, so every product reads both operands from there (warp_mma.cuh)
 // with near-square warp tiles (S and dP: 32 x 32 at D = 96 and 128, 32 x 64 at D = 64, whose steps take 128
 // query rows, 16 x 32 above 128, where a CTA owns 64 keys). D = 64 splits S and dP 4 x 2 as FlashAttention-2 does:
-// +1.3-1.8% over 2 x 4 at every shape of the tile harness, and no spill where 2 x 4 spilled 4 bytes (v8). dK and dV stay in registers for the whole loop: kBlockN x kHeadDim x 2 / 256 floats per thread,
-// 128 at D = 128 (kBlockN 128) and D = 256 (kBlockN 64).
+// +1.3-1.8% over 2 x 4 at every shape of the tile harness (v8; the default mode's kernel without softcap went
+// from 4 bytes of spills to none, the deterministic mode's dK/dV kernel from none to 52). dK and dV stay in
+// registers for the whole loop: kBlockN x kHeadDim x 2 / 256 floats per thread, 128 at D = 128 (kBlockN 128) and
+// D = 256 (kBlockN 64).
 // With 128 keys per CTA the dQ reductions per FLOP are half those of a 64-key CTA (docs/perf-log.md, sm80
 // backward v1: the reductions, not the products, set v1's pace).
 //
