@@ -32,7 +32,8 @@
 #   peers: peers.py with flashtile as its candidate (impl name PEERS_NAME, default flashtile-sm80: set
 #     flashtile-sm90 when the build's auto forward is the sm90 kernel, or FLASHTILE_CUDA_FORWARD=sm80 to keep the
 #     sm80 one) (forward and backward through autograd, grids PEERS_GRIDS, default A,L,G).
-# Results land in $OUT (the device tool brings them back); copy them to bench/results/ with the date.
+# Results land in $OUT (the device tool brings them back, 8 files at most: the test and sanitizer logs go into one
+# test-logs.tar); copy them to bench/results/ with the date.
 # Prepared by scripts/device_prepare.sh; stages can be chosen: scripts/gpu_round.sh tests sanitize run benchC
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -347,4 +348,10 @@ if want peers; then  # flashtile through its Python API as peers.py's candidate:
   grep -c "${PEERS_NAME:-flashtile-sm80}" "$out/peersCandidate/peers.jsonl"
 fi
 rm -f "$out"/*.md  # the tables are printed above; the JSON lines are the record (8 files come back at most)
+# The test and sanitizer logs in one tar, so that they cannot crowd out a stage's results from the 8 files.
+logs=$(cd "$out" && ls gpu-tests-*.txt sanitizer-*.txt 2>/dev/null)
+if [ -n "$logs" ]; then
+  # shellcheck disable=SC2086  # one name per word
+  tar -C "$out" -cf "$out/test-logs.tar" $logs && (cd "$out" && rm -f $logs)
+fi
 exit $status
