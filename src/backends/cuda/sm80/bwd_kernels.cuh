@@ -32,23 +32,21 @@
 namespace flashtile::cuda::sm80 {
 
 // The row kernels (D, the dQ conversion, and the sm90 backward's preparation) give each query row a group of
-// kLanes consecutive lanes, each lane 16-byte chunks (8 elements) of the row: kLanes = the row's chunks at the
-// instantiated head dim, rounded up to a power of two, at most a warp (D = 64: 8, 128: 16, 256: 32), so every
-// lane has one chunk at the instantiated head dims. One warp per row, as before, issued 2-byte loads and left
-// most lanes idle at D = 64: those two kernels took 2.3x the time of FA2's at D = 64 and 1.3x at D = 256, for the
-// same bytes (bench/results/2026-12-02-sm80-v17-v18, bwdparts).
+// kLanes consecutive lanes, each lane one 16-byte chunk (8 elements) of the row: kLanes = the row's chunks at the
+// instantiated head dim, rounded up to a power of two (D = 64: 8, 128: 16, 256: 32). One warp per row, as before,
+// issued 2-byte loads and left most lanes idle at D = 64: those two kernels took 2.3x the time of FA2's at D = 64
+// and 1.3x at D = 256, for the same bytes (bench/results/2026-12-02-sm80-v17-v18, bwdparts).
 constexpr int kRowThreads = 256;  // threads per block of the row kernels
 
 template <int kHeadDim>
 struct LaneRow {
+  static_assert(kHeadDim % 8 == 0 && kHeadDim <= 256, "a row is at most a warp's 32 chunks of 16 bytes");
   static constexpr int row_lanes() {
     int lanes = 1;
-    while (lanes < kHeadDim / 8 && lanes < 32) lanes *= 2;
+    while (lanes < kHeadDim / 8) lanes *= 2;
     return lanes;
   }
   static constexpr int kLanes = row_lanes();
-  static constexpr int kChunks = (kHeadDim / 8 + kLanes - 1) / kLanes;  // per lane
-  static_assert(kHeadDim % 8 == 0, "rows go in 16-byte chunks");
 
   static unsigned blocks(int64_t rows) {
     return static_cast<unsigned>((rows * kLanes + kRowThreads - 1) / kRowThreads);
@@ -58,17 +56,16 @@ struct LaneRow {
   // the order of the D and dQ workspaces. False past the last row (for whole groups: a group shares its row).
   int64_t index;  // into the workspaces
   int b, h, i;
-  int lane;  // this thread's place in the group
+  int column;  // this lane's first column; at or past the head dim where it is below kHeadDim (no chunk)
   __device__ bool find(const FwdKernelParams& f, int64_t rows_per_head) {
     const int64_t thread = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-    index = thread / kLanes, lane = static_cast<int>(thread % kLanes);
+    index = thread / kLanes, column = static_cast<int>(thread % kLanes) * 8;
     if (index >= static_cast<int64_t>(f.batch) * f.heads_q * rows_per_head) return false;
     i = static_cast<int>(index % rows_per_head), h = static_cast<int>((index / rows_per_head) % f.heads_q);
     b = static_cast<int>(index / (rows_per_head * f.heads_q));
     return true;
   }
-  // The first column of this lane's chunk k (a head dim below kHeadDim leaves some chunks out: c >= head_dim).
-  __device__ int column(int k) const { return (lane + k * kLanes) * 8; }
+  __device__ bool first_lane() const { return column == 0; }
   // The group's lanes, for the shuffles that sum over them.
   __device__ unsigned mask() const {
     return kLanes == 32 ? 0xffffffffu : ((1u << kLanes) - 1) << (threadIdx.x % 32 / kLanes * kLanes);
@@ -80,15 +77,12 @@ struct LaneRow {
 template <typename T, int kHeadDim>
 __device__ __forceinline__ float row_dot_o_do(const BwdKernelParams& p, const LaneRow<kHeadDim>& r) {
   const FwdKernelParams& f = p.fwd;
-  const T* o = static_cast<const T*>(f.o) + r.b * f.o_stride[0] + r.i * f.o_stride[1] + r.h * f.o_stride[2];
-  const T* d =
-      static_cast<const T*>(p.dout) + r.b * p.dout_stride[0] + r.i * p.dout_stride[1] + r.h * p.dout_stride[2];
   float acc = 0.0f;
-#pragma unroll
-  for (int k = 0; k < LaneRow<kHeadDim>::kChunks; ++k) {
-    const int c = r.column(k);
-    if (c >= f.head_dim) break;
-    const uint4 ov = *reinterpret_cast<const uint4*>(o + c), dv = *reinterpret_cast<const uint4*>(d + c);
+  if (r.column < f.head_dim) {
+    const T* o = static_cast<const T*>(f.o) + r.b * f.o_stride[0] + r.i * f.o_stride[1] + r.h * f.o_stride[2];
+    const T* d =
+        static_cast<const T*>(p.dout) + r.b * p.dout_stride[0] + r.i * p.dout_stride[1] + r.h * p.dout_stride[2];
+    const uint4 ov = *reinterpret_cast<const uint4*>(o + r.column), dv = *reinterpret_cast<const uint4*>(d + r.column);
     const uint32_t ow[4] = {ov.x, ov.y, ov.z, ov.w}, dw[4] = {dv.x, dv.y, dv.z, dv.w};
 #pragma unroll
     for (int w = 0; w < 4; ++w) {
@@ -107,7 +101,7 @@ __global__ void __launch_bounds__(kRowThreads) bwd_delta_kernel(const BwdKernelP
   LaneRow<kHeadDim> r;
   if (!r.find(p.fwd, p.fwd.seqlen_q)) return;
   const float acc = row_dot_o_do<T>(p, r);
-  if (r.lane == 0) p.delta[r.index] = acc;  // r.index: rows dense, p.delta_head_stride = seqlen_q
+  if (r.first_lane()) p.delta[r.index] = acc;  // r.index: rows dense, p.delta_head_stride = seqlen_q
 }
 
 // The LSE in log2 units, with rows that saw no key (LSE = -inf) mapped to 0: all their scores are -inf, so P is
@@ -131,22 +125,17 @@ __device__ __forceinline__ float grad_score(float prob, float dp, float delta, f
 }
 
 // dQ = the fp32 accumulator (sums of dS / scale times K) times the scale, in the input dtype (default mode), one
-// query row per lane group, 8 columns a chunk (accumulator rows are 32-byte aligned: head dims are multiples of 8).
+// query row per lane group, 8 columns a lane (accumulator rows are 32-byte aligned: head dims are multiples of 8).
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_kernel(const BwdKernelParams p) {
   const FwdKernelParams& f = p.fwd;
   LaneRow<kHeadDim> r;
-  if (!r.find(f, f.seqlen_q)) return;
-  const float* src = p.dq_accum + r.index * f.head_dim;
-  T* dst = static_cast<T*>(p.dq) + r.b * p.dq_stride[0] + r.i * p.dq_stride[1] + r.h * p.dq_stride[2];
-#pragma unroll
-  for (int k = 0; k < LaneRow<kHeadDim>::kChunks; ++k) {
-    const int c = r.column(k);
-    if (c >= f.head_dim) break;
-    const float4 lo = *reinterpret_cast<const float4*>(src + c), hi = *reinterpret_cast<const float4*>(src + c + 4);
-    st_global_v4(dst + c, pack2<T>(lo.x * p.scale, lo.y * p.scale), pack2<T>(lo.z * p.scale, lo.w * p.scale),
-                 pack2<T>(hi.x * p.scale, hi.y * p.scale), pack2<T>(hi.z * p.scale, hi.w * p.scale));
-  }
+  if (!r.find(f, f.seqlen_q) || r.column >= f.head_dim) return;
+  const float* src = p.dq_accum + r.index * f.head_dim + r.column;
+  T* dst = static_cast<T*>(p.dq) + r.b * p.dq_stride[0] + r.i * p.dq_stride[1] + r.h * p.dq_stride[2] + r.column;
+  const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
+  st_global_v4(dst, pack2<T>(lo.x * p.scale, lo.y * p.scale), pack2<T>(lo.z * p.scale, lo.w * p.scale),
+               pack2<T>(hi.x * p.scale, hi.y * p.scale), pack2<T>(hi.z * p.scale, hi.w * p.scale));
 }
 
 // The step loop of both main kernels. A CTA keeps two tiles (K and V, or Q and dO) and walks steps that each

@@ -42,8 +42,8 @@ template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kNWarps =
 // kRelativeMask (optional, default false): the masked tiles test keys against per-row bounds relative to the
 // thread's first key (fwd_tile.cuh, cap_and_mask) instead of absolute keys. Neither form costs much itself, but
 // each gives the whole kernel another register allocation: same-call A/B on the H200 (docs/perf-log.md, v17 and
-// v18), the relative form on D = 128's Hopper row +2-5% (its spills 184 -> 4 bytes), on the other rows -1 to -5%
-// (D = 128's long row -4%, though its spills went 172 -> 0 bytes).
+// v18), the relative form on D = 128's Hopper row +1-5% (its spills 184 -> 4 bytes), on the other rows, as
+// geometric means, D = 64 -2%, D = 256 -1.5%, D = 128's long row -4% (though its spills went 172 -> 0 bytes).
 template <int kHeadDim>
 struct FwdConfigHopper : FwdConfig<kHeadDim> {};
 //                            kHeadDim      kBlockN    kNWarps      kMSlices      kStages    kSkipRescale   kKvRing   kPersistent   smem (bf16)

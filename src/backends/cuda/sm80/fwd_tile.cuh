@@ -134,9 +134,9 @@ __device__ __forceinline__ bool tile_hidden(const FwdKernelParams& p, int first_
 
 // Softcap, then (kMasked) the mask, on a tile of scores; hidden scores become -inf. The mask is tested against
 // absolute keys, or (rows with kRelativeMask, fwd_config.hpp) against per-row bounds relative to the thread's
-// first key (VisibleKeys); the two compile to different register allocations of the whole kernel. Callers pick kMasked with
-// tile_fully_visible and instantiate both: a runtime test inside was if-converted by the compiler into ~260
-// predicated instructions issued on every tile (docs/perf-log.md, v6).
+// first key (VisibleKeys); the two compile to different register allocations of the whole kernel. Callers pick
+// kMasked with tile_fully_visible and instantiate both: a runtime test inside was if-converted by the compiler
+// into ~260 predicated instructions issued on every tile (docs/perf-log.md, v6).
 template <typename Traits, bool kSoftcap, bool kMasked>
 __device__ __forceinline__ void cap_and_mask(const FwdKernelParams& p, int row0, int col0,
                                              float (&acc_s)[Traits::kMSlices][Traits::kBlockN / 8][4]) {

@@ -187,12 +187,12 @@ __global__ void __launch_bounds__(sm80::kRowThreads) bwd_prep_kernel(const BwdKe
   const FwdKernelParams& f = p.fwd;
   sm80::LaneRow<kHeadDim> r;
   if (!r.find(f, bwd_padded_rows(f.seqlen_q))) return;
-  float acc = 0.0f, lse2 = 0.0f;
-  if (r.i < f.seqlen_q) {
-    acc = sm80::row_dot_o_do<CudaT>(p, r);
-    lse2 = sm80::lse_log2(f.lse[r.b * f.lse_stride[0] + r.h * f.lse_stride[1] + r.i * f.lse_stride[2]]);
-  }
-  if (r.lane == 0) p.delta[r.index] = acc, p.lse_log2[r.index] = lse2;
+  const bool real = r.i < f.seqlen_q;
+  const float acc = real ? sm80::row_dot_o_do<CudaT>(p, r) : 0.0f;  // the group's lanes agree on `real`
+  if (!r.first_lane()) return;
+  p.delta[r.index] = acc;
+  p.lse_log2[r.index] =
+      real ? sm80::lse_log2(f.lse[r.b * f.lse_stride[0] + r.h * f.lse_stride[1] + r.i * f.lse_stride[2]]) : 0.0f;
 }
 
 // A bulk copy of `bytes` (a multiple of 16) from global to shared memory, completing on an mbarrier's
