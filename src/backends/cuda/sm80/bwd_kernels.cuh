@@ -8,7 +8,7 @@
 //        S = Q K^T, P = exp(S - LSE), dP = dO V^T, dS = P (dP - D) scale  (P and dS / scale to shared memory),
 //        dV += P^T dO, dK += dS^T Q, and dQ += dS K added into an fp32 accumulator with atomics
 //        (P is recomputed from the saved LSE, never stored in global memory);
-//   3. bwd_dq_convert_kernel: dQ = the accumulator, in the input dtype.
+//   3. bwd_dq_convert_kernel: dQ = the accumulator, in the input dtype (its column order: DqAccumOrder).
 // The atomics make dQ's rounding depend on the order the key blocks finish in.
 //
 // Deterministic: kernel 2 without the dQ part, then
@@ -124,18 +124,38 @@ __device__ __forceinline__ float grad_score(float prob, float dp, float delta, f
   return ds;
 }
 
+// The dQ accumulator's column order. The sm90 backward adds whole tiles into it by TMA, in the plain order.
+// The sm80 dK/dV kernel adds a thread's mma fragments, which hold columns 2t and 2t + 1 of each 8-column block
+// (ptx.cuh): it stores each 16-column group of a row with its two halves interleaved a pair at a time, columns
+// (2t, 2t + 1, 8 + 2t, 9 + 2t) at 4t .. 4t + 3, so that one 16-byte reduction (sm90: red.global.add.v4.f32)
+// adds a thread's four columns of two adjacent blocks, half the instructions of 8-byte ones. The reductions of
+// a step queue up behind each other in the memory pipe (LG throttle: 13% of the stall samples at D = 256 with
+// 8-byte ones, docs/perf-log.md). A trailing half group (head dims that are 8 more than a multiple of 16) stays
+// in the plain order.
+enum class DqAccumOrder { kPlain, kPairInterleaved };
+
 // dQ = the fp32 accumulator (sums of dS / scale times K) times the scale, in the input dtype (default mode), one
 // query row per lane group, 8 columns a lane (accumulator rows are 32-byte aligned: head dims are multiples of 8).
-template <typename T, int kHeadDim>
+template <typename T, int kHeadDim, DqAccumOrder kOrder>
 __global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_kernel(const BwdKernelParams p) {
   const FwdKernelParams& f = p.fwd;
   LaneRow<kHeadDim> r;
   if (!r.find(f, f.seqlen_q) || r.column >= f.head_dim) return;
-  const float* src = p.dq_accum + r.index * f.head_dim + r.column;
+  const float* src = p.dq_accum + r.index * f.head_dim;
   T* dst = static_cast<T*>(p.dq) + r.b * p.dq_stride[0] + r.i * p.dq_stride[1] + r.h * p.dq_stride[2] + r.column;
-  const float4 lo = *reinterpret_cast<const float4*>(src), hi = *reinterpret_cast<const float4*>(src + 4);
-  st_global_v4(dst, pack2<T>(lo.x * p.scale, lo.y * p.scale), pack2<T>(lo.z * p.scale, lo.w * p.scale),
-               pack2<T>(hi.x * p.scale, hi.y * p.scale), pack2<T>(hi.z * p.scale, hi.w * p.scale));
+  float2 v[4];  // columns r.column + 2 m and + 1
+  if (kOrder == DqAccumOrder::kPlain || r.column / 16 * 16 + 16 > f.head_dim) {
+    const float4 lo = *reinterpret_cast<const float4*>(src + r.column),
+                 hi = *reinterpret_cast<const float4*>(src + r.column + 4);
+    v[0] = {lo.x, lo.y}, v[1] = {lo.z, lo.w}, v[2] = {hi.x, hi.y}, v[3] = {hi.z, hi.w};
+  } else {
+    // This lane's half of the group: its pairs 4 floats apart, starting 2 floats in for the second half.
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+      v[m] = *reinterpret_cast<const float2*>(src + r.column / 16 * 16 + r.column % 16 / 4 + 4 * m);
+  }
+  st_global_v4(dst, pack2<T>(v[0].x * p.scale, v[0].y * p.scale), pack2<T>(v[1].x * p.scale, v[1].y * p.scale),
+               pack2<T>(v[2].x * p.scale, v[2].y * p.scale), pack2<T>(v[3].x * p.scale, v[3].y * p.scale));
 }
 
 // The step loop of both main kernels. A CTA keeps two tiles (K and V, or Q and dO) and walks steps that each
@@ -325,7 +345,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
         float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
         warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, ProbTile{sdS + dq_row * kPStride, kPStride, 0},
                                                        RowsTile{sK, kStride, dq_col});
-        // One address per row, the 8-column blocks at immediate offsets from it.
+        // One address per row, the 16-column groups at immediate offsets from it (pair-interleaved, above).
         float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
 #pragma unroll
         for (int i = 0; i < kDqRows / 16; ++i)
@@ -333,19 +353,33 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
           for (int hr = 0; hr < 2; ++hr) {
             const int row = row0 + dq_row + i * 16 + g + hr * 8;
             const bool real = row < f.seqlen_q;
-            float* dst =
-                dq_head + static_cast<int64_t>(real ? row : f.seqlen_q - 1) * f.head_dim + dq_col + 2 * t;
+            float* dst = dq_head + static_cast<int64_t>(real ? row : f.seqlen_q - 1) * f.head_dim + dq_col;
+            auto value = [&](int j, int e) { return real ? acc_dq[i][j][2 * hr + e] : -0.0f; };
 #pragma unroll
-            for (int j = 0; j < kDqCols / 8; ++j) {
-              // Head dims are multiples of 8: an 8-column block is real or not as a whole.
+            for (int j = 0; j < kDqCols / 8; j += 2) {
+              // Head dims are multiples of 8: a 16-column group is real as a whole, in part (the trailing
+              // half group, plain order) or not at all.
               if (!decltype(all_cols)::value && dq_col + j * 8 >= f.head_dim) break;
-#if __CUDA_ARCH__ >= 900  // one 8-byte reduction (red.global.add.v2.f32) instead of two: half the atomic traffic
-              atomicAdd(reinterpret_cast<float2*>(dst + j * 8), make_float2(real ? acc_dq[i][j][2 * hr] : -0.0f,
-                                                                         real ? acc_dq[i][j][2 * hr + 1] : -0.0f));
+              if (decltype(all_cols)::value || dq_col + j * 8 + 16 <= f.head_dim) {
+                float* at = dst + j * 8 + 4 * t;
+#if __CUDA_ARCH__ >= 900
+                atomicAdd(reinterpret_cast<float4*>(at), make_float4(value(j, 0), value(j, 1), value(j + 1, 0),
+                                                                     value(j + 1, 1)));
 #else
-              atomicAdd(dst + j * 8, real ? acc_dq[i][j][2 * hr] : -0.0f);
-              atomicAdd(dst + j * 8 + 1, real ? acc_dq[i][j][2 * hr + 1] : -0.0f);
+                atomicAdd(at, value(j, 0));
+                atomicAdd(at + 1, value(j, 1));
+                atomicAdd(at + 2, value(j + 1, 0));
+                atomicAdd(at + 3, value(j + 1, 1));
 #endif
+              } else {
+                float* at = dst + j * 8 + 2 * t;
+#if __CUDA_ARCH__ >= 900
+                atomicAdd(reinterpret_cast<float2*>(at), make_float2(value(j, 0), value(j, 1)));
+#else
+                atomicAdd(at, value(j, 0));
+                atomicAdd(at + 1, value(j, 1));
+#endif
+              }
             }
           }
       }

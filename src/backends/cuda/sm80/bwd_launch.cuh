@@ -91,7 +91,8 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
     cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, true, true>)
                               : launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, false, true>);
     if (err != cudaSuccess) return err;
-    if (rows > 0) bwd_dq_convert_kernel<T, kHeadDim><<<row_blocks, kRowThreads, 0, stream>>>(p);
+    if (rows > 0)
+      bwd_dq_convert_kernel<T, kHeadDim, DqAccumOrder::kPairInterleaved><<<row_blocks, kRowThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
   cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, true, false>)

@@ -73,7 +73,8 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSmemBytes, stream>>>(prm);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   if (!accumulate_dq) return sm80::launch_bwd_dq<T, kHeadDim>(p, stream);  // reads D at p.delta_head_stride
-  sm80::bwd_dq_convert_kernel<T, kHeadDim><<<Rows::blocks(rows), sm80::kRowThreads, 0, stream>>>(p);
+  sm80::bwd_dq_convert_kernel<T, kHeadDim, sm80::DqAccumOrder::kPlain>
+      <<<Rows::blocks(rows), sm80::kRowThreads, 0, stream>>>(p);
   return cudaGetLastError();
 }
 
