@@ -2,7 +2,8 @@
 # One round on the GPU machine, everything in one call (device time is scarce):
 #   1. what machine this is (GPU, CPU, versions);
 #   2. the GPU tests (TEST_RUNS picks suites: default forward-sm80 forward-sm90 backward), then compute-sanitizer
-#      (memcheck, racecheck, initcheck, synccheck) on a small subset;
+#      (memcheck, racecheck, initcheck, synccheck) on a small subset (SANITIZE_SUITES: default forward backward;
+#      SANITIZE_TIMEOUT: seconds per tool and suite, default 300);
 #   3. `flashtile run` on the best backend present, verified against the oracle;
 #   4. `flashtile bench --grid C` on all CPU cores (FA2 and FA1 schedules);
 #   5. peers.py in the same call: the GEMM and copy ceilings and PyTorch's CPU SDPA on grid C;
@@ -107,8 +108,9 @@ if want sanitize; then  # a small subset of each GPU suite under every compute-s
   for tool in memcheck racecheck initcheck synccheck; do
     for spec in "forward:*RowsWithNoVisibleKey*:*EmptyProblems*" "backward:*RowsAndKeysNobodySees*"; do
       suite=${spec%%:*}
+      [[ " ${SANITIZE_SUITES:-forward backward} " == *" $suite "* ]] || continue
       echo "== compute-sanitizer --tool $tool ($suite)"
-      timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "build-device/cuda_${suite}_test" \
+      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 "build-device/cuda_${suite}_test" \
         --gtest_brief=1 --gtest_filter="${spec#*:}" > "$out/sanitizer-$tool-$suite.txt" 2>&1
       rc=$?; tail -2 "$out/sanitizer-$tool-$suite.txt"; echo "exit $rc"; [ $rc -eq 0 ] || status=1
     done
