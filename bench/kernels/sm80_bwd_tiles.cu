@@ -27,11 +27,10 @@ struct Problem {
   bool causal;
 };
 
-// Any other row, field by field as in bwd_config.hpp.
-template <int kBlockN_, int kBlockM_, int kSdpWarpsM_, int kKvWarpsN_, int kDqWarpsM_>
-struct Row {
-  static constexpr int kBlockN = kBlockN_, kBlockM = kBlockM_, kSdpWarpsM = kSdpWarpsM_, kKvWarpsN = kKvWarpsN_,
-                       kDqWarpsM = kDqWarpsM_;
+// A table row with the other place for dQ's reductions (other fields: write a row as bwd_config.hpp does).
+template <typename Base>
+struct FlipDqAfterDk : Base {
+  static constexpr bool kDqAfterDk = !Base::kDqAfterDk;
 };
 
 // One problem's tensors, contiguous BSHD (no GQA), and the backward's parameters over them.
@@ -136,17 +135,15 @@ void sweep(int seqlen, bool causal, const char* const* names) {
 
 int main(int argc, char** argv) {
   if (argc == 3) g_only_dim = std::atoi(argv[1]), g_only_seqlen = std::atoi(argv[2]);
-  // Candidates from the profile against FA2 (bench/results/2026-12-01-sm80-bwd-profile): at D = 64 the split of S
-  // and dP the table had before FA2's 4 x 2 (2 warps along the queries: 64 x 32 warp tiles); at D = 128 dQ on
-  // 4 x 2 warps; at D = 256 S and dP on 2 x 4 warps (32 x 16 tiles).
-  static const char* const d64[] = {"S/dP 2 x 4 warps (v7's)"};
-  static const char* const d128[] = {"dQ 4 x 2 warps"};
-  static const char* const d256[] = {"S/dP 2 x 4 warps"};
+  // Candidates: each table row with its dQ reductions issued on the other side of dK's product (kDqAfterDk):
+  // after v11's 16-byte reductions the D = 256 kernel is still 0.87x FA2's (bench/results/2026-12-02-sm80-bwd-
+  // v9-v11), and its profile put the reductions' queue (LG and MIO throttle) at the first LDSMs of dK.
+  static const char* const flipped[] = {"dQ reductions on dK's other side"};
   for (bool causal : {false, true})
     for (int s : {512, 1024, 4096}) {
-      sweep<64, Row<128, 128, 2, 4, 4>>(s, causal, d64);
-      sweep<128, Row<128, 64, 2, 4, 4>>(s, causal, d128);
-      sweep<256, Row<64, 64, 2, 2, 2>>(s, causal, d256);
+      sweep<64, FlipDqAfterDk<BwdDkdvConfig<64>>>(s, causal, flipped);
+      sweep<128, FlipDqAfterDk<BwdDkdvConfig<128>>>(s, causal, flipped);
+      sweep<256, FlipDqAfterDk<BwdDkdvConfig<256>>>(s, causal, flipped);
     }
   return 0;
 }

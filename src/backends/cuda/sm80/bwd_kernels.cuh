@@ -332,19 +332,24 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dv, ProbTile{sP, kPStride, kv_row},
                                                   RowsTile{bDO, kStride, kv_col});
     // dQ += dS K (queries x columns), added atomically: every CTA whose keys these rows see adds its share;
-    // then dK += dS^T Q (keys x columns; dS read transposed). In this order the reductions, which hold their
-    // registers until the memory pipe has read them, drain while dK's products issue, and no branch may stand
-    // between them: a branch waits until every reduction before it has read its registers (ncu, v5: the
+    // and dK += dS^T Q (keys x columns; dS read transposed), before or after the reductions (kDqAfterDk,
+    // bwd_config.hpp). The reductions hold their registers until the memory pipe has read them, and no branch
+    // may stand between them: a branch waits until every reduction before it has read its registers (ncu, v5: the
     // reductions, each behind such a branch, held 11-30% of the kernel's stall samples at D = 64-256). So the
     // column test, uniform over the warp, picks one of two copies of the whole tail, and rows past the sequence
     // end are not branched around: they add -0 (x + -0 = x for every x) to the last real row instead. Their dS
     // is 0 anyway (their Q and dO rows are zeros) unless a K holding inf makes it NaN, so -0 is selected rather
     // than their values trusted.
-    auto dq_then_dk = [&](auto all_cols) {
+    auto dk_product = [&] {
+      warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, ProbTile{sdS, kPStride, kv_row},
+                                                    RowsTile{bQ, kStride, kv_col});
+    };
+    auto dq_and_dk = [&](auto all_cols) {
       if constexpr (kAccumulateDq) {
         float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
         warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, ProbTile{sdS + dq_row * kPStride, kPStride, 0},
                                                        RowsTile{sK, kStride, dq_col});
+        if constexpr (Traits::kDqAfterDk) dk_product();
         // One address per row, the 16-column groups at immediate offsets from it (pair-interleaved, above).
         float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
 #pragma unroll
@@ -382,14 +387,15 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
               }
             }
           }
+        if constexpr (!Traits::kDqAfterDk) dk_product();
+      } else {
+        dk_product();
       }
-      warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, ProbTile{sdS, kPStride, kv_row},
-                                                    RowsTile{bQ, kStride, kv_col});
     };
     if (!kAccumulateDq || dq_col + kDqCols <= f.head_dim)
-      dq_then_dk(std::true_type{});
+      dq_and_dk(std::true_type{});
     else
-      dq_then_dk(std::false_type{});
+      dq_and_dk(std::false_type{});
   };
   run_steps(per_head * f.group, p.prefetch, issue, body);
 
