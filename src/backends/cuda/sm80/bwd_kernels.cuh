@@ -130,7 +130,8 @@ __device__ __forceinline__ float grad_score(float prob, float dp, float delta, f
 // (2t, 2t + 1, 8 + 2t, 9 + 2t) at 4t .. 4t + 3, so that one 16-byte reduction (sm90: red.global.add.v4.f32)
 // adds a thread's four columns of two adjacent blocks, half the instructions of 8-byte ones. The reductions of
 // a step queue up behind each other in the memory pipe (LG throttle: 13% of the stall samples at D = 256 with
-// 8-byte ones, docs/perf-log.md). A trailing half group (head dims that are 8 more than a multiple of 16) stays
+// 8-byte ones); halving them made the whole backward 4-10% faster on the H200 (docs/perf-log.md, sm80 backward
+// v11). A trailing half group (head dims that are 8 more than a multiple of 16) stays
 // in the plain order.
 enum class DqAccumOrder { kPlain, kPairInterleaved };
 
