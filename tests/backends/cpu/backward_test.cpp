@@ -95,9 +95,9 @@ TEST(Backward, AcceptsAnotherBackendsForward) {
 // Peaked inputs in fp32: the largest logits (~40-100) are where the flash backward's fp32 arithmetic is
 // weakest, because P is rebuilt from a stored fp32 LSE instead of the row's own softmax. The backward shares
 // the forward's score function (tile_ops.hpp: score_tile), which brought these cases from 2-6x over the
-// bound to within it on the first and to 1.1-1.8x over on the max dV error of the second, depending on
-// OpenBLAS's kernel (its FMA kernels round q.k differently: SkylakeX 1.4x, Haswell and Zen 1.73x; Sandybridge,
-// Nehalem and Prescott within the bound). The rule's other criteria hold for both, and the max errors are held
+// bound to within it on the first; on the max dV error of the second they land, depending on OpenBLAS's
+// kernel (each rounds q.k its own way), 1.4x over the bound (SkylakeX), 1.73x (Haswell, Zen) or within it
+// (Sandybridge, Nehalem, Prescott). The rule's other criteria hold for both, and the max errors are held
 // to 2x the bound here so that a regression shows on every kernel; docs/testing-notes.md records the known fp32
 // limitation and its measured rate.
 TEST(Backward, Fp32PeakedInputsStayNearTheRule) {

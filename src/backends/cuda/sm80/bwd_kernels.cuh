@@ -131,9 +131,28 @@ __device__ __forceinline__ float grad_score(float prob, float dp, float delta, f
 // adds a thread's four columns of two adjacent blocks, half the instructions of 8-byte ones. The reductions of
 // a step queue up behind each other in the memory pipe (LG throttle: 13% of the stall samples at D = 256 with
 // 8-byte ones); halving them made the whole backward 4-10% faster on the H200 (docs/perf-log.md, sm80 backward
-// v11). A trailing half group (head dims that are 8 more than a multiple of 16) stays
-// in the plain order.
+// v11). A trailing half group (head dims that are 8 more than a multiple of 16) stays in the plain order.
 enum class DqAccumOrder { kPlain, kPairInterleaved };
+
+// Whether the 16-column group starting at column group0 (a multiple of 16) is stored pair-interleaved.
+__device__ __forceinline__ bool dq_group_interleaved(int group0, int head_dim) { return group0 + 16 <= head_dim; }
+
+// Consecutive floats added into global memory: one vector reduction on sm90 (red.global.add.v2 / .v4.f32),
+// one per float before.
+__device__ __forceinline__ void red_add(float* at, float2 v) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(at), v);
+#else
+  atomicAdd(at, v.x), atomicAdd(at + 1, v.y);
+#endif
+}
+__device__ __forceinline__ void red_add(float* at, float4 v) {
+#if __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float4*>(at), v);
+#else
+  atomicAdd(at, v.x), atomicAdd(at + 1, v.y), atomicAdd(at + 2, v.z), atomicAdd(at + 3, v.w);
+#endif
+}
 
 // dQ = the fp32 accumulator (sums of dS / scale times K) times the scale, in the input dtype (default mode), one
 // query row per lane group, 8 columns a lane (accumulator rows are 32-byte aligned: head dims are multiples of 8).
@@ -145,7 +164,7 @@ __global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_kernel(const BwdKe
   const float* src = p.dq_accum + r.index * f.head_dim;
   T* dst = static_cast<T*>(p.dq) + r.b * p.dq_stride[0] + r.i * p.dq_stride[1] + r.h * p.dq_stride[2] + r.column;
   float2 v[4];  // columns r.column + 2 m and + 1
-  if (kOrder == DqAccumOrder::kPlain || r.column / 16 * 16 + 16 > f.head_dim) {
+  if (kOrder == DqAccumOrder::kPlain || !dq_group_interleaved(r.column / 16 * 16, f.head_dim)) {
     const float4 lo = *reinterpret_cast<const float4*>(src + r.column),
                  hi = *reinterpret_cast<const float4*>(src + r.column + 4);
     v[0] = {lo.x, lo.y}, v[1] = {lo.z, lo.w}, v[2] = {hi.x, hi.y}, v[3] = {hi.z, hi.w};
@@ -366,26 +385,10 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
               // Head dims are multiples of 8: a 16-column group is real as a whole, in part (the trailing
               // half group, plain order) or not at all.
               if (!decltype(all_cols)::value && dq_col + j * 8 >= f.head_dim) break;
-              if (decltype(all_cols)::value || dq_col + j * 8 + 16 <= f.head_dim) {
-                float* at = dst + j * 8 + 4 * t;
-#if __CUDA_ARCH__ >= 900
-                atomicAdd(reinterpret_cast<float4*>(at), make_float4(value(j, 0), value(j, 1), value(j + 1, 0),
-                                                                     value(j + 1, 1)));
-#else
-                atomicAdd(at, value(j, 0));
-                atomicAdd(at + 1, value(j, 1));
-                atomicAdd(at + 2, value(j + 1, 0));
-                atomicAdd(at + 3, value(j + 1, 1));
-#endif
-              } else {
-                float* at = dst + j * 8 + 2 * t;
-#if __CUDA_ARCH__ >= 900
-                atomicAdd(reinterpret_cast<float2*>(at), make_float2(value(j, 0), value(j, 1)));
-#else
-                atomicAdd(at, value(j, 0));
-                atomicAdd(at + 1, value(j, 1));
-#endif
-              }
+              if (decltype(all_cols)::value || dq_group_interleaved(dq_col + j * 8, f.head_dim))
+                red_add(dst + j * 8 + 4 * t, make_float4(value(j, 0), value(j, 1), value(j + 1, 0), value(j + 1, 1)));
+              else
+                red_add(dst + j * 8 + 2 * t, make_float2(value(j, 0), value(j, 1)));
             }
           }
         if constexpr (!Traits::kDqAfterDk) dk_product();
