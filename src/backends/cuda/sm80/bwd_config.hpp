@@ -15,11 +15,12 @@
 // With 128 keys per CTA the dQ reductions per FLOP are half those of a 64-key CTA (docs/perf-log.md, sm80
 // backward v1: the reductions, not the products, set v1's pace).
 //
-// kDqAfterDk: where a step's dQ reductions are issued. false: right after dQ's product, before dK's (v6; the
-// compiler then interleaves them with dQ's last MMAs, but dK's first shared-memory loads queue behind them:
-// MIO and LG throttle were 28% of the stall samples at D = 256 with 8-byte reductions, docs/perf-log.md);
-// true: after dK's product, so they drain under its last MMAs and the step's end barrier (acc_dq stays live
-// through dK). The tile harness (bench/kernels/sm80_bwd_tiles.cu) times the other value against each row.
+// kDqAt: where a step's dQ reductions are issued (DqReductionSlot). kBeforeDk: right after dQ's product, before
+// dK's (v6; the compiler then interleaves them with dQ's last MMAs, but dK's first shared-memory loads queue
+// behind them: MIO and LG throttle were 28% of the stall samples at D = 256 with 8-byte reductions,
+// docs/perf-log.md); kAfterDk: after dK's product, so they drain under its last MMAs and the step's end barrier
+// (acc_dq stays live through dK). The tile harness (bench/kernels/sm80_bwd_tiles.cu) times both slots for each
+// row: kAfterDk is +6.5-8.5% at D = 128 and -1 to -2.5% at D = 64 and 256 (v12, docs/perf-log.md).
 //
 // The deterministic mode's dQ kernel (BwdDqTiles): one CTA per 64 query rows, four warps of 16 rows, steps of
 // 64 keys, the forward's tile pieces. Above a head dim of 128 each CTA accumulates half the columns
@@ -30,24 +31,26 @@
 
 namespace flashtile::cuda::sm80 {
 
+enum class DqReductionSlot { kBeforeDk, kAfterDk };
+
 template <int kHeadDim>
 struct BwdDkdvConfig;
-//                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                 kDqAfterDk   smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kDqAfterDk = false; };  // 133 / 166 KB
-template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kDqAfterDk = false; };  // 113 / 139 KB
-template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr bool kDqAfterDk = false; };  // 130 / 163 KB
-template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kDqAfterDk = false; };  // 115 / 163 KB
-template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kDqAfterDk = false; };  // 147 / 211 KB
+//                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                      kDqAt   smem, 1 / 2 step buffers (bf16)
+template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 133 / 166 KB
+template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 113 / 139 KB
+template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr auto kDqAt = DqReductionSlot::kAfterDk;  };  // 130 / 163 KB
+template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 115 / 163 KB
+template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 147 / 211 KB
 
 // Rows for GPUs whose blocks cannot have the row above with one step buffer: consumer Ampere and Ada offer 99 KB
 // per block. 64 keys per CTA, S and dP on 16 x 32 warp tiles. Head dims 192 and 256 have none: no row of this
 // kernel, nor the deterministic mode's dQ kernel (132 KB at D = 256), fits in 99 KB there.
 template <int kHeadDim>
 struct BwdDkdvConfigSmall;
-//                               kHeadDim       kBlockN      kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                 kDqAfterDk   smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kDqAfterDk = false; };  // 51 / 67 KB
-template <> struct BwdDkdvConfigSmall<96>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kDqAfterDk = false; };  // 71 / 97 KB
-template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kDqAfterDk = false; };  // 83 / 115 KB
+//                               kHeadDim       kBlockN      kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                      kDqAt   smem, 1 / 2 step buffers (bf16)
+template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 51 / 67 KB
+template <> struct BwdDkdvConfigSmall<96>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 71 / 97 KB
+template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 83 / 115 KB
 template <int kHeadDim>
 inline constexpr bool kHasBwdDkdvConfigSmall = kHeadDim <= 128;
 

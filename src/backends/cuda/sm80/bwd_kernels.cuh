@@ -352,46 +352,55 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dv, ProbTile{sP, kPStride, kv_row},
                                                   RowsTile{bDO, kStride, kv_col});
     // dQ += dS K (queries x columns), added atomically: every CTA whose keys these rows see adds its share;
-    // and dK += dS^T Q (keys x columns; dS read transposed), before or after the reductions (kDqAfterDk,
+    // and dK += dS^T Q (keys x columns; dS read transposed), with the reductions before or after it (kDqAt,
     // bwd_config.hpp). The reductions hold their registers until the memory pipe has read them, and no branch
-    // may stand between them: a branch waits until every reduction before it has read its registers (ncu, v5: the
-    // reductions, each behind such a branch, held 11-30% of the kernel's stall samples at D = 64-256). So the
-    // column test, uniform over the warp, picks one of two copies of the whole tail, and rows past the sequence
-    // end are not branched around: they add -0 (x + -0 = x for every x) to the last real row instead. Their dS
-    // is 0 anyway (their Q and dO rows are zeros) unless a K holding inf makes it NaN, so -0 is selected rather
-    // than their values trusted.
+    // may stand between them: a branch waits until every reduction before it has read its registers (ncu, v5:
+    // the reductions, each behind such a branch, held 11-30% of the kernel's stall samples at D = 64-256). So
+    // the column test, uniform over the warp, picks one of two copies of the whole tail, and rows
+    // past the sequence end are not branched around: they add -0 (x + -0 = x for every x) to the last real row
+    // instead. Their dS is 0 anyway (their Q and dO rows are zeros) unless a K holding inf makes it NaN, so -0 is
+    // selected rather than their values trusted.
     auto dk_product = [&] {
       warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, ProbTile{sdS, kPStride, kv_row},
                                                     RowsTile{bQ, kStride, kv_col});
     };
     auto dq_and_dk = [&](auto all_cols) {
       if constexpr (kAccumulateDq) {
+        constexpr bool kAllCols = decltype(all_cols)::value;
         float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
         warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, ProbTile{sdS + dq_row * kPStride, kPStride, 0},
                                                        RowsTile{sK, kStride, dq_col});
-        if constexpr (Traits::kDqAfterDk) dk_product();
-        // One address per row, the 16-column groups at immediate offsets from it (pair-interleaved, above).
         float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
+        // One address per row, the 16-column groups at immediate offsets from it (pair-interleaved, above).
+        auto reduce = [&] {
 #pragma unroll
-        for (int i = 0; i < kDqRows / 16; ++i)
+          for (int i = 0; i < kDqRows / 16; ++i)
 #pragma unroll
-          for (int hr = 0; hr < 2; ++hr) {
-            const int row = row0 + dq_row + i * 16 + g + hr * 8;
-            const bool real = row < f.seqlen_q;
-            float* dst = dq_head + static_cast<int64_t>(real ? row : f.seqlen_q - 1) * f.head_dim + dq_col;
-            auto value = [&](int j, int e) { return real ? acc_dq[i][j][2 * hr + e] : -0.0f; };
+            for (int hr = 0; hr < 2; ++hr) {
+              const int row = row0 + dq_row + i * 16 + g + hr * 8;
+              const bool real = row < f.seqlen_q;
+              float* dst = dq_head + static_cast<int64_t>(real ? row : f.seqlen_q - 1) * f.head_dim + dq_col;
+              auto value = [&](int j, int e) { return real ? acc_dq[i][j][2 * hr + e] : -0.0f; };
 #pragma unroll
-            for (int j = 0; j < kDqCols / 8; j += 2) {
-              // Head dims are multiples of 8: a 16-column group is real as a whole, in part (the trailing
-              // half group, plain order) or not at all.
-              if (!decltype(all_cols)::value && dq_col + j * 8 >= f.head_dim) break;
-              if (decltype(all_cols)::value || dq_group_interleaved(dq_col + j * 8, f.head_dim))
-                red_add(dst + j * 8 + 4 * t, make_float4(value(j, 0), value(j, 1), value(j + 1, 0), value(j + 1, 1)));
-              else
-                red_add(dst + j * 8 + 2 * t, make_float2(value(j, 0), value(j, 1)));
+              for (int j = 0; j < kDqCols / 8; j += 2) {
+                // Head dims are multiples of 8: a 16-column group is real as a whole, in part (the trailing
+                // half group, plain order) or not at all.
+                if (!kAllCols && dq_col + j * 8 >= f.head_dim) break;
+                if (kAllCols || dq_group_interleaved(dq_col + j * 8, f.head_dim))
+                  red_add(dst + j * 8 + 4 * t,
+                          make_float4(value(j, 0), value(j, 1), value(j + 1, 0), value(j + 1, 1)));
+                else
+                  red_add(dst + j * 8 + 2 * t, make_float2(value(j, 0), value(j, 1)));
+              }
             }
-          }
-        if constexpr (!Traits::kDqAfterDk) dk_product();
+        };
+        if constexpr (Traits::kDqAt == DqReductionSlot::kBeforeDk) {
+          reduce();
+          dk_product();
+        } else {
+          dk_product();
+          reduce();
+        }
       } else {
         dk_product();
       }
