@@ -27,10 +27,16 @@ struct Problem {
   bool causal;
 };
 
-// A table row with its dQ reductions in another slot (other fields: write a row as bwd_config.hpp does).
-template <typename Base, DqReductionSlot kSlot>
-struct WithDqAt : Base {
-  static constexpr DqReductionSlot kDqAt = kSlot;
+// A table row with its dQ reductions in another slot, or the other number of barriers a step (other fields:
+// write a row as bwd_config.hpp does).
+template <typename Base>
+struct OtherDqSlot : Base {
+  static constexpr DqReductionSlot kDqAt =
+      Base::kDqAt == DqReductionSlot::kBeforeDk ? DqReductionSlot::kAfterDk : DqReductionSlot::kBeforeDk;
+};
+template <typename Base>
+struct OtherBarriers : Base {
+  static constexpr bool kOneBarrier = !Base::kOneBarrier;
 };
 
 // One problem's tensors, contiguous BSHD (no GQA), and the backward's parameters over them.
@@ -135,18 +141,16 @@ void sweep(int seqlen, bool causal, const char* const* names) {
 
 int main(int argc, char** argv) {
   if (argc == 3) g_only_dim = std::atoi(argv[1]), g_only_seqlen = std::atoi(argv[2]);
-  // Each table row with its dQ reductions in each slot (DqReductionSlot; the table's own slot is timed twice,
-  // which shows the harness's noise): the reductions' queue (LG and MIO throttle at dK's first LDSMs) was the
-  // largest excess over FA2 in v7's D = 256 profile.
-  static const char* const slots[] = {"dQ reductions before dK", "dQ reductions after dK"};
-  constexpr auto kBefore = DqReductionSlot::kBeforeDk, kAfter = DqReductionSlot::kAfterDk;
+  // Each table row with its dQ reductions in the other slot and with the other number of barriers a step (the
+  // table's kDqAt and kOneBarrier, v12 and v13 in docs/perf-log.md).
+  static const char* const others[] = {"the other dQ reduction slot", "the other barrier count"};
   for (bool causal : {false, true})
     for (int s : {512, 1024, 4096}) {
-      sweep<64, WithDqAt<BwdDkdvConfig<64>, kBefore>, WithDqAt<BwdDkdvConfig<64>, kAfter>>(s, causal, slots);
-      sweep<96, WithDqAt<BwdDkdvConfig<96>, kBefore>, WithDqAt<BwdDkdvConfig<96>, kAfter>>(s, causal, slots);
-      sweep<128, WithDqAt<BwdDkdvConfig<128>, kBefore>, WithDqAt<BwdDkdvConfig<128>, kAfter>>(s, causal, slots);
-      sweep<192, WithDqAt<BwdDkdvConfig<192>, kBefore>, WithDqAt<BwdDkdvConfig<192>, kAfter>>(s, causal, slots);
-      sweep<256, WithDqAt<BwdDkdvConfig<256>, kBefore>, WithDqAt<BwdDkdvConfig<256>, kAfter>>(s, causal, slots);
+      sweep<64, OtherDqSlot<BwdDkdvConfig<64>>, OtherBarriers<BwdDkdvConfig<64>>>(s, causal, others);
+      sweep<96, OtherDqSlot<BwdDkdvConfig<96>>, OtherBarriers<BwdDkdvConfig<96>>>(s, causal, others);
+      sweep<128, OtherDqSlot<BwdDkdvConfig<128>>, OtherBarriers<BwdDkdvConfig<128>>>(s, causal, others);
+      sweep<192, OtherDqSlot<BwdDkdvConfig<192>>, OtherBarriers<BwdDkdvConfig<192>>>(s, causal, others);
+      sweep<256, OtherDqSlot<BwdDkdvConfig<256>>, OtherBarriers<BwdDkdvConfig<256>>>(s, causal, others);
     }
   return 0;
 }

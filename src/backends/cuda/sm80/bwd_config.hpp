@@ -21,6 +21,10 @@
 // docs/perf-log.md); kAfterDk: after dK's product, so they drain under its last MMAs and the step's end barrier
 // (acc_dq stays live through dK). The tile harness (bench/kernels/sm80_bwd_tiles.cu) times both slots for each
 // row: kAfterDk is +6.5-8.5% at D = 128 and -1 to -2.5% at D = 64 and 256 (v12, docs/perf-log.md).
+// kOneBarrier: one barrier a step instead of two (run_steps, bwd_kernels.cuh), the next step's loads issued after
+// it. Same-call A/B of every row with it (v13): D = 256 +1.6-2.7% at S >= 2048, D = 64 -2.7 to +1.5%, D = 128
+// -4.5% at every shape (its reductions end the step, and the loads now queue behind them right before S's
+// first LDSMs instead of issuing under the barrier's wait); true at D = 256 only.
 //
 // The deterministic mode's dQ kernel (BwdDqTiles): one CTA per 64 query rows, four warps of 16 rows, steps of
 // 64 keys, the forward's tile pieces. Above a head dim of 128 each CTA accumulates half the columns
@@ -35,22 +39,22 @@ enum class DqReductionSlot { kBeforeDk, kAfterDk };
 
 template <int kHeadDim>
 struct BwdDkdvConfig;
-//                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                      kDqAt   smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 133 / 166 KB
-template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 113 / 139 KB
-template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr auto kDqAt = DqReductionSlot::kAfterDk;  };  // 130 / 163 KB
-template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 115 / 163 KB
-template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 147 / 211 KB
+//                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                                   kOneBarrier                                kDqAt                                      smem, 1 / 2 step buffers (bf16)
+template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 133 / 166 KB
+template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 113 / 139 KB
+template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kAfterDk;  };  // 130 / 163 KB
+template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 115 / 163 KB
+template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 147 / 211 KB
 
 // Rows for GPUs whose blocks cannot have the row above with one step buffer: consumer Ampere and Ada offer 99 KB
 // per block. 64 keys per CTA, S and dP on 16 x 32 warp tiles. Head dims 192 and 256 have none: no row of this
 // kernel, nor the deterministic mode's dQ kernel (132 KB at D = 256), fits in 99 KB there.
 template <int kHeadDim>
 struct BwdDkdvConfigSmall;
-//                               kHeadDim       kBlockN      kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                      kDqAt   smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 51 / 67 KB
-template <> struct BwdDkdvConfigSmall<96>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 71 / 97 KB
-template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 83 / 115 KB
+//                               kHeadDim       kBlockN      kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                                   kOneBarrier                                kDqAt                                      smem, 1 / 2 step buffers (bf16)
+template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 51 / 67 KB
+template <> struct BwdDkdvConfigSmall<96>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 71 / 97 KB
+template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 83 / 115 KB
 template <int kHeadDim>
 inline constexpr bool kHasBwdDkdvConfigSmall = kHeadDim <= 128;
 

@@ -184,8 +184,35 @@ __global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_kernel(const BwdKe
 // at the top of the step. issue(step, buffer) starts a step's loads and commits them as one cp.async group;
 // body(step, buffer) runs its products; each is called once per step, in step order. Groups committed before
 // the loop (the CTA's own tiles) have landed before the first body.
-template <typename Issue, typename Body>
+// kOneBarrier (with prefetch): one barrier a step instead of two. Each thread first waits for its copies of this
+// step's tiles (the only group in flight), so past the barrier they are visible to all and every warp is done
+// with the previous step, whose buffer the next step's loads then refill; those loads issue after the barrier
+// instead of before this step's wait (BwdDkdvConfig::kOneBarrier, bwd_config.hpp). Its loops are written out
+// apart from the two-barrier loop: each form is the code its A/B measured (merged, the D = 256 kernel's PTX
+// changed).
+template <bool kOneBarrier, typename Issue, typename Body>
 __device__ __forceinline__ void run_steps(int n_steps, bool prefetch, Issue&& issue, Body&& body) {
+  if constexpr (kOneBarrier) {
+    if (prefetch) {
+      if (n_steps > 0) issue(0, 0);
+      for (int step = 0; step < n_steps; ++step) {
+        cp_async_wait<0>();
+        __syncthreads();
+        if (step + 1 < n_steps) issue(step + 1, (step + 1) & 1);
+        body(step, step & 1);
+      }
+    } else {
+      for (int step = 0; step < n_steps; ++step) {
+        __syncthreads();  // every warp is done with the previous step, whose buffer these loads refill
+        issue(step, 0);
+        cp_async_wait<0>();
+        __syncthreads();  // every thread's copies of this step's tiles are visible to all
+        body(step, 0);
+      }
+    }
+    cp_async_wait<0>();
+    return;
+  }
   if (prefetch && n_steps > 0) issue(0, 0);
   for (int step = 0; step < n_steps; ++step) {
     const int buffer = prefetch ? step & 1 : 0;
@@ -410,7 +437,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     else
       dq_and_dk(std::false_type{});
   };
-  run_steps(per_head * f.group, p.prefetch, issue, body);
+  run_steps<Traits::kOneBarrier>(per_head * f.group, p.prefetch, issue, body);
 
   // dK and dV rows of this block (zeros for keys no query sees).
   T* dk_head = static_cast<T*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
@@ -514,7 +541,7 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dq_kernel(const BwdKerne
     else
       products(std::true_type{});
   };
-  run_steps(n_steps, p.prefetch, issue, body);
+  run_steps<false>(n_steps, p.prefetch, issue, body);
 
   T* dq_head = static_cast<T*>(p.dq) + b * p.dq_stride[0] + h * p.dq_stride[2];
 #pragma unroll
