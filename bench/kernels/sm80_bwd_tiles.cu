@@ -38,12 +38,18 @@ template <typename Base>
 struct OtherBarriers : Base {
   static constexpr bool kOneBarrier = !Base::kOneBarrier;
 };
+template <typename Base>
+struct OtherDqOrder : Base {  // pair-interleaved <-> fragment
+  static constexpr DqAccumOrder kDqOrder =
+      Base::kDqOrder == DqAccumOrder::kFragment ? DqAccumOrder::kPairInterleaved : DqAccumOrder::kFragment;
+};
 
 // One problem's tensors, contiguous BSHD (no GQA), and the backward's parameters over them.
 struct Tensors {
   size_t n = 0, rows = 0;  // elements of q (= k, v, o, dO, dK, dV); query rows over all heads
-  void *q, *k, *v, *o, *dout, *dk, *dv;
+  void *q, *k, *v, *o, *dout, *dk, *dv, *dq;
   float *lse, *delta, *dq_accum;
+  size_t accum_n = 0;  // floats of the dQ accumulator: rows padded for the fragment order
   BwdKernelParams p{};
 
   template <int D>
@@ -51,9 +57,10 @@ struct Tensors {
     n = size_t(pr.batch) * pr.seqlen * pr.heads * pr.dim;
     rows = size_t(pr.batch) * pr.heads * pr.seqlen;
     // q, k, v and dO differ, so that no product is symmetric (a transposed read could agree on symmetric data).
-    for (void** t : {&q, &k, &v, &o, &dout, &dk, &dv}) CHECK(cudaMalloc(t, n * 2));
+    for (void** t : {&q, &k, &v, &o, &dout, &dk, &dv, &dq}) CHECK(cudaMalloc(t, n * 2));
     for (float** t : {&lse, &delta}) CHECK(cudaMalloc(t, rows * 4));
-    CHECK(cudaMalloc(&dq_accum, n * 4));
+    accum_n = size_t(pr.batch) * pr.heads * dq_accum_fragment_rows(pr.seqlen) * pr.dim;
+    CHECK(cudaMalloc(&dq_accum, accum_n * 4));
     uint32_t seed = 12345;
     for (void* t : {q, k, v, dout}) {
       const std::vector<uint16_t> host = harness::bf16_inputs(n, seed++);
@@ -64,8 +71,8 @@ struct Tensors {
                                                    pr.causal, FwdTraits<D, Fwd>::kBlockM);
     CHECK((launch_fwd<T, D, kV2, Fwd>(f, nullptr)));
     p.fwd = f;
-    p.dout = dout, p.dk = dk, p.dv = dv;
-    for (int d = 0; d < 3; ++d) p.dout_stride[d] = p.dk_stride[d] = p.dv_stride[d] = f.q_stride[d];
+    p.dout = dout, p.dq = dq, p.dk = dk, p.dv = dv;
+    for (int d = 0; d < 3; ++d) p.dout_stride[d] = p.dq_stride[d] = p.dk_stride[d] = p.dv_stride[d] = f.q_stride[d];
     p.heads_kv = pr.heads;
     p.scale = 1.0f / std::sqrt(float(pr.dim));
     p.delta = delta, p.delta_head_stride = pr.seqlen, p.dq_accum = dq_accum;
@@ -76,13 +83,13 @@ struct Tensors {
     CHECK(cudaDeviceSynchronize());
   }
   ~Tensors() {
-    for (void* t : {q, k, v, o, dout, dk, dv}) cudaFree(t);
+    for (void* t : {q, k, v, o, dout, dk, dv, dq}) cudaFree(t);
     for (float* t : {lse, delta, dq_accum}) cudaFree(t);
   }
 };
 
-// One row's dK/dV kernel on the problem: its time, then one clean run that leaves dK, dV and the dQ accumulator
-// in t's buffers.
+// One row's dK/dV kernel on the problem: its time, then one clean run that leaves dK and dV in t's buffers, and
+// dQ, converted from the accumulator in the row's order (Config::kDqOrder), so that rows of either order compare.
 template <int D, typename Config>
 float run_row(Tensors& t) {
   using Traits = BwdDkdvTraits<D, Config>;
@@ -94,10 +101,12 @@ float run_row(Tensors& t) {
                             Traits::smem_bytes(1), Traits::smem_bytes(2), nullptr));
   };
   const float ms = harness::median_ms(launch);  // the accumulator grows meanwhile: the time does not depend on it
-  CHECK(cudaMemset(t.dq_accum, 0, t.n * 4));
+  CHECK(cudaMemset(t.dq_accum, 0, t.accum_n * 4));
   CHECK(cudaMemset(t.dk, 0xff, t.n * 2));  // NaN: an element the kernel does not write shows
   CHECK(cudaMemset(t.dv, 0xff, t.n * 2));
+  CHECK(cudaMemset(t.dq, 0xff, t.n * 2));
   launch();
+  bwd_dq_convert_kernel<T, D, Config::kDqOrder><<<LaneRow<D>::blocks(t.rows), kRowThreads>>>(p);
   CHECK(cudaDeviceSynchronize());
   return ms;
 }
@@ -118,13 +127,11 @@ void sweep(int seqlen, bool causal, const char* const* names) {
   };
   report("table", run_row<D, BwdDkdvConfig<D>>(t), "(the table's row)");
   // The table row's gradients, kept on the device for harness::compare.
-  void *ref_dk, *ref_dv;
-  float* ref_dq;
-  for (void** r : {&ref_dk, &ref_dv}) CHECK(cudaMalloc(r, t.n * 2));
-  CHECK(cudaMalloc(&ref_dq, t.n * 4));
+  void *ref_dk, *ref_dv, *ref_dq;
+  for (void** r : {&ref_dk, &ref_dv, &ref_dq}) CHECK(cudaMalloc(r, t.n * 2));
   CHECK(cudaMemcpy(ref_dk, t.dk, t.n * 2, cudaMemcpyDeviceToDevice));
   CHECK(cudaMemcpy(ref_dv, t.dv, t.n * 2, cudaMemcpyDeviceToDevice));
-  CHECK(cudaMemcpy(ref_dq, t.dq_accum, t.n * 4, cudaMemcpyDeviceToDevice));
+  CHECK(cudaMemcpy(ref_dq, t.dq, t.n * 2, cudaMemcpyDeviceToDevice));
   int i = 0;
   (
       [&] {
@@ -132,25 +139,31 @@ void sweep(int seqlen, bool causal, const char* const* names) {
         using G = const uint16_t*;
         const bool ok = harness::compare(G(t.dk), G(ref_dk), t.n).ok() &&
                         harness::compare(G(t.dv), G(ref_dv), t.n).ok() &&
-                        harness::compare(t.dq_accum, ref_dq, t.n).ok();
+                        harness::compare(G(t.dq), G(ref_dq), t.n).ok();
         report(names[i++], ms, ok ? "agrees (dK, dV, dQ)" : "DISAGREES with the table's row");
       }(),
       ...);
-  for (void* r : {ref_dk, ref_dv, static_cast<void*>(ref_dq)}) CHECK(cudaFree(r));
+  for (void* r : {ref_dk, ref_dv, ref_dq}) CHECK(cudaFree(r));
 }
 
 int main(int argc, char** argv) {
   if (argc == 3) g_only_dim = std::atoi(argv[1]), g_only_seqlen = std::atoi(argv[2]);
-  // Each table row with its dQ reductions in the other slot and with the other number of barriers a step (the
-  // table's kDqAt and kOneBarrier, v12 and v13 in docs/perf-log.md).
-  static const char* const others[] = {"the other dQ reduction slot", "the other barrier count"};
+  // Each table row with its dQ reductions in the other slot, with the other number of barriers a step, and with
+  // the accumulator in the other order (the table's kDqAt, kOneBarrier and kDqOrder; v12-v14 in docs/perf-log.md).
+  static const char* const others[] = {"the other dQ reduction slot", "the other barrier count",
+                                       "the other dQ accumulator order"};
   for (bool causal : {false, true})
     for (int s : {512, 1024, 4096}) {
-      sweep<64, OtherDqSlot<BwdDkdvConfig<64>>, OtherBarriers<BwdDkdvConfig<64>>>(s, causal, others);
-      sweep<96, OtherDqSlot<BwdDkdvConfig<96>>, OtherBarriers<BwdDkdvConfig<96>>>(s, causal, others);
-      sweep<128, OtherDqSlot<BwdDkdvConfig<128>>, OtherBarriers<BwdDkdvConfig<128>>>(s, causal, others);
-      sweep<192, OtherDqSlot<BwdDkdvConfig<192>>, OtherBarriers<BwdDkdvConfig<192>>>(s, causal, others);
-      sweep<256, OtherDqSlot<BwdDkdvConfig<256>>, OtherBarriers<BwdDkdvConfig<256>>>(s, causal, others);
+      sweep<64, OtherDqSlot<BwdDkdvConfig<64>>, OtherBarriers<BwdDkdvConfig<64>>, OtherDqOrder<BwdDkdvConfig<64>>>(
+          s, causal, others);
+      sweep<96, OtherDqSlot<BwdDkdvConfig<96>>, OtherBarriers<BwdDkdvConfig<96>>, OtherDqOrder<BwdDkdvConfig<96>>>(
+          s, causal, others);
+      sweep<128, OtherDqSlot<BwdDkdvConfig<128>>, OtherBarriers<BwdDkdvConfig<128>>,
+            OtherDqOrder<BwdDkdvConfig<128>>>(s, causal, others);
+      sweep<192, OtherDqSlot<BwdDkdvConfig<192>>, OtherBarriers<BwdDkdvConfig<192>>,
+            OtherDqOrder<BwdDkdvConfig<192>>>(s, causal, others);
+      sweep<256, OtherDqSlot<BwdDkdvConfig<256>>, OtherBarriers<BwdDkdvConfig<256>>,
+            OtherDqOrder<BwdDkdvConfig<256>>>(s, causal, others);
     }
   return 0;
 }

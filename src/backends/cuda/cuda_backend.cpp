@@ -14,6 +14,7 @@
 
 #include "api/validate.hpp"
 #include "backends/cuda/bwd_kernel_params.hpp"
+#include "backends/cuda/sm80/dq_accum.hpp"
 #include "backends/cuda/sm80/fwd_launch.hpp"
 #include "backends/cuda/sm90/bwd_launch.hpp"
 #include "backends/cuda/sm90/fwd_launch.hpp"
@@ -393,15 +394,16 @@ BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& pro
 // The workspace: the per-row statistics, then, unless deterministic, the fp32 dQ accumulator. The statistics are
 // D = rowsum(dO * O), one float per query row, for the sm80 kernels; D and the LSE in log2 units, each padded to
 // a multiple of 128 rows a head, for the sm90 ones (sm90::bwd_stats_floats, a multiple of 256 floats). The
-// workspace has room for the larger whichever family runs, so a size asked for one backend fits another; and the
-// accumulator stays 16-byte aligned (given an aligned workspace): the kernels add into it 8 and 16 bytes at a time.
+// workspace has room for the larger whichever family runs, so a size asked for one backend fits another (the
+// accumulator's rows for the sm80 fragment order too: dq_accum_fragment_rows); and the accumulator stays 16-byte
+// aligned (given an aligned workspace): the kernels add into it 8 and 16 bytes at a time.
 namespace {
 constexpr int64_t kWorkspaceAlignment = 16;
 int64_t stats_floats(const Problem& p) { return sm90::bwd_stats_floats(p.batch, p.heads_q, p.seqlen_q); }
 }  // namespace
 
 size_t backward_workspace_size(const Problem& p, Backend, bool deterministic) {
-  const int64_t rows = p.batch * p.heads_q * p.seqlen_q;
+  const int64_t rows = p.batch * p.heads_q * sm80::dq_accum_fragment_rows(p.seqlen_q);
   return static_cast<size_t>(stats_floats(p) + (deterministic ? 0 : rows * p.head_dim)) * sizeof(float);
 }
 

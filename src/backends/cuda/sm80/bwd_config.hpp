@@ -25,36 +25,41 @@
 // it. Same-call A/B of every row with it (v13): D = 256 +1.6-2.7% at S >= 2048, D = 64 -2.7 to +1.5%, D = 128
 // -4.5% at every shape (its reductions end the step, and the loads now queue behind them right before S's
 // first LDSMs instead of issuing under the barrier's wait); true at D = 256 only.
+// kDqOrder: the dQ accumulator's order (DqAccumOrder, dq_accum.hpp). The tile harness, same call (v14): the
+// fragment order +1-2% at D = 64, +5-7% at D = 96 and 192, +3.6-4.3% at D = 256, -0.7 to -2.7% at D = 128 (whose
+// reductions come after dK's product); the small rows keep the pair-interleaved order (not timed).
 //
 // The deterministic mode's dQ kernel (BwdDqTiles): one CTA per 64 query rows, four warps of 16 rows, steps of
 // 64 keys, the forward's tile pieces. Above a head dim of 128 each CTA accumulates half the columns
 // (kColSplits CTAs per query block; S and dP, which need every column, are computed by both).
 #pragma once
 
+#include "backends/cuda/sm80/dq_accum.hpp"
 #include "backends/cuda/sm80/fwd_config.hpp"
 
 namespace flashtile::cuda::sm80 {
 
 enum class DqReductionSlot { kBeforeDk, kAfterDk };
 
+
 template <int kHeadDim>
 struct BwdDkdvConfig;
-//                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                                   kOneBarrier                                kDqAt                                      smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 133 / 166 KB
-template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 113 / 139 KB
-template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kAfterDk;  };  // 130 / 163 KB
-template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 115 / 163 KB
-template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 147 / 211 KB
+//                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                                   kOneBarrier                                kDqAt                                                     kDqOrder                                          smem, 1 / 2 step buffers (bf16)
+template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 133 / 166 KB
+template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 113 / 139 KB
+template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kAfterDk;  static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; };  // 130 / 163 KB
+template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 115 / 163 KB
+template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 147 / 211 KB
 
 // Rows for GPUs whose blocks cannot have the row above with one step buffer: consumer Ampere and Ada offer 99 KB
 // per block. 64 keys per CTA, S and dP on 16 x 32 warp tiles. Head dims 192 and 256 have none: no row of this
 // kernel, nor the deterministic mode's dQ kernel (132 KB at D = 256), fits in 99 KB there.
 template <int kHeadDim>
 struct BwdDkdvConfigSmall;
-//                               kHeadDim       kBlockN      kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                                   kOneBarrier                                kDqAt                                      smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 51 / 67 KB
-template <> struct BwdDkdvConfigSmall<96>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 71 / 97 KB
-template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; };  // 83 / 115 KB
+//                               kHeadDim       kBlockN      kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                                   kOneBarrier                                kDqAt                                                     kDqOrder                                          smem, 1 / 2 step buffers (bf16)
+template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; };  // 51 / 67 KB
+template <> struct BwdDkdvConfigSmall<96>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; };  // 71 / 97 KB
+template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; };  // 83 / 115 KB
 template <int kHeadDim>
 inline constexpr bool kHasBwdDkdvConfigSmall = kHeadDim <= 128;
 

@@ -8,7 +8,7 @@
 //        S = Q K^T, P = exp(S - LSE), dP = dO V^T, dS = P (dP - D) scale  (P and dS / scale to shared memory),
 //        dV += P^T dO, dK += dS^T Q, and dQ += dS K added into an fp32 accumulator with atomics
 //        (P is recomputed from the saved LSE, never stored in global memory);
-//   3. bwd_dq_convert_kernel: dQ = the accumulator, in the input dtype (its column order: DqAccumOrder).
+//   3. bwd_dq_convert_kernel: dQ = the accumulator, in the input dtype (its order: DqAccumOrder, bwd_config.hpp).
 // The atomics make dQ's rounding depend on the order the key blocks finish in.
 //
 // Deterministic: kernel 2 without the dQ part, then
@@ -124,16 +124,6 @@ __device__ __forceinline__ float grad_score(float prob, float dp, float delta, f
   return ds;
 }
 
-// The dQ accumulator's column order. The sm90 backward adds whole tiles into it by TMA, in the plain order.
-// The sm80 dK/dV kernel adds a thread's mma fragments, which hold columns 2t and 2t + 1 of each 8-column block
-// (ptx.cuh): it stores each 16-column group of a row with its two halves interleaved a pair at a time, columns
-// (2t, 2t + 1, 8 + 2t, 9 + 2t) at 4t .. 4t + 3, so that one 16-byte reduction (sm90: red.global.add.v4.f32)
-// adds a thread's four columns of two adjacent blocks, half the instructions of 8-byte ones. The reductions of
-// a step queue up behind each other in the memory pipe (LG throttle: 13% of the stall samples at D = 256 with
-// 8-byte ones); halving them made the whole backward 4-10% faster on the H200 (docs/perf-log.md, sm80 backward
-// v11). A trailing half group (head dims that are 8 more than a multiple of 16) stays in the plain order.
-enum class DqAccumOrder { kPlain, kPairInterleaved };
-
 // Whether the 16-column group starting at column group0 (a multiple of 16) is stored pair-interleaved.
 __device__ __forceinline__ bool dq_group_interleaved(int group0, int head_dim) { return group0 + 16 <= head_dim; }
 
@@ -161,9 +151,22 @@ __global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_kernel(const BwdKe
   const FwdKernelParams& f = p.fwd;
   LaneRow<kHeadDim> r;
   if (!r.find(f, f.seqlen_q) || r.column >= f.head_dim) return;
-  const float* src = p.dq_accum + r.index * f.head_dim;
   T* dst = static_cast<T*>(p.dq) + r.b * p.dq_stride[0] + r.i * p.dq_stride[1] + r.h * p.dq_stride[2] + r.column;
   float2 v[4];  // columns r.column + 2 m and + 1
+  if constexpr (kOrder == DqAccumOrder::kFragment) {
+    // Row r.i's 16-row band, the lane's 8 columns as one fragment: lane 4g + m of it holds columns 2m, 2m + 1 of
+    // rows g (floats 0, 1) and g + 8 (2, 3), so this row is g = r.i % 8 in half r.i % 16 / 8.
+    const float* head =
+        p.dq_accum + (static_cast<int64_t>(r.b) * f.heads_q + r.h) * dq_accum_fragment_rows(f.seqlen_q) * f.head_dim;
+    const float* block = head + static_cast<int64_t>(r.i / 16 * 16) * f.head_dim + r.column * 16;
+#pragma unroll
+    for (int m = 0; m < 4; ++m)
+      v[m] = *reinterpret_cast<const float2*>(block + 16 * (r.i % 8) + 4 * m + 2 * (r.i % 16 / 8));
+    st_global_v4(dst, pack2<T>(v[0].x * p.scale, v[0].y * p.scale), pack2<T>(v[1].x * p.scale, v[1].y * p.scale),
+                 pack2<T>(v[2].x * p.scale, v[2].y * p.scale), pack2<T>(v[3].x * p.scale, v[3].y * p.scale));
+    return;
+  }
+  const float* src = p.dq_accum + r.index * f.head_dim;
   if (kOrder == DqAccumOrder::kPlain || !dq_group_interleaved(r.column / 16 * 16, f.head_dim)) {
     const float4 lo = *reinterpret_cast<const float4*>(src + r.column),
                  hi = *reinterpret_cast<const float4*>(src + r.column + 4);
@@ -391,35 +394,59 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
       warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, ProbTile{sdS, kPStride, kv_row},
                                                     RowsTile{bQ, kStride, kv_col});
     };
-    auto dq_and_dk = [&](auto all_cols) {
+    constexpr bool kFragmentOrder = Traits::kDqOrder == DqAccumOrder::kFragment;
+    // full: every column of the warp's dQ tile is real, and in the fragment order every 16-row band of it too
+    // (rows past the sequence end in a real band add into the padding).
+    auto dq_and_dk = [&](auto full) {
       if constexpr (kAccumulateDq) {
-        constexpr bool kAllCols = decltype(all_cols)::value;
+        constexpr bool kFull = decltype(full)::value;
         float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
         warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, ProbTile{sdS + dq_row * kPStride, kPStride, 0},
                                                        RowsTile{sK, kStride, dq_col});
-        float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
-        // One address per row, the 16-column groups at immediate offsets from it (pair-interleaved, above).
+        float* dq_head;
+        if constexpr (kFragmentOrder)
+          dq_head = p.dq_accum +
+                    (static_cast<int64_t>(b) * f.heads_q + h) * dq_accum_fragment_rows(f.seqlen_q) * f.head_dim;
+        else
+          dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
+        // Pair-interleaved: one address per row, the 16-column groups at immediate offsets from it. Fragment:
+        // one address per band, the 8-column blocks 128 floats apart.
         auto reduce = [&] {
+          if constexpr (kFragmentOrder) {
 #pragma unroll
-          for (int i = 0; i < kDqRows / 16; ++i)
+            for (int i = 0; i < kDqRows / 16; ++i) {
+              const int band0 = row0 + dq_row + i * 16;
+              if (!kFull && band0 >= f.seqlen_q) break;  // past the padding (the last block of a head)
+              float* dst = dq_head + static_cast<int64_t>(band0) * f.head_dim + dq_col * 16 + lane * 4;
 #pragma unroll
-            for (int hr = 0; hr < 2; ++hr) {
-              const int row = row0 + dq_row + i * 16 + g + hr * 8;
-              const bool real = row < f.seqlen_q;
-              float* dst = dq_head + static_cast<int64_t>(real ? row : f.seqlen_q - 1) * f.head_dim + dq_col;
-              auto value = [&](int j, int e) { return real ? acc_dq[i][j][2 * hr + e] : -0.0f; };
-#pragma unroll
-              for (int j = 0; j < kDqCols / 8; j += 2) {
-                // Head dims are multiples of 8: a 16-column group is real as a whole, in part (the trailing
-                // half group, plain order) or not at all.
-                if (!kAllCols && dq_col + j * 8 >= f.head_dim) break;
-                if (kAllCols || dq_group_interleaved(dq_col + j * 8, f.head_dim))
-                  red_add(dst + j * 8 + 4 * t,
-                          make_float4(value(j, 0), value(j, 1), value(j + 1, 0), value(j + 1, 1)));
-                else
-                  red_add(dst + j * 8 + 2 * t, make_float2(value(j, 0), value(j, 1)));
+              for (int j = 0; j < kDqCols / 8; ++j) {
+                if (!kFull && dq_col + j * 8 >= f.head_dim) break;
+                const float(&frag)[4] = acc_dq[i][j];
+                red_add(dst + j * 128, make_float4(frag[0], frag[1], frag[2], frag[3]));
               }
             }
+          } else {
+#pragma unroll
+            for (int i = 0; i < kDqRows / 16; ++i)
+#pragma unroll
+              for (int hr = 0; hr < 2; ++hr) {
+                const int row = row0 + dq_row + i * 16 + g + hr * 8;
+                const bool real = row < f.seqlen_q;
+                float* dst = dq_head + static_cast<int64_t>(real ? row : f.seqlen_q - 1) * f.head_dim + dq_col;
+                auto value = [&](int j, int e) { return real ? acc_dq[i][j][2 * hr + e] : -0.0f; };
+#pragma unroll
+                for (int j = 0; j < kDqCols / 8; j += 2) {
+                  // Head dims are multiples of 8: a 16-column group is real as a whole, in part (the trailing
+                  // half group, plain order) or not at all.
+                  if (!kFull && dq_col + j * 8 >= f.head_dim) break;
+                  if (kFull || dq_group_interleaved(dq_col + j * 8, f.head_dim))
+                    red_add(dst + j * 8 + 4 * t,
+                            make_float4(value(j, 0), value(j, 1), value(j + 1, 0), value(j + 1, 1)));
+                  else
+                    red_add(dst + j * 8 + 2 * t, make_float2(value(j, 0), value(j, 1)));
+                }
+              }
+          }
         };
         if constexpr (Traits::kDqAt == DqReductionSlot::kBeforeDk) {
           reduce();
@@ -432,7 +459,8 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
         dk_product();
       }
     };
-    if (!kAccumulateDq || dq_col + kDqCols <= f.head_dim)
+    if (!kAccumulateDq ||
+        (dq_col + kDqCols <= f.head_dim && (!kFragmentOrder || row0 + dq_row + kDqRows - 16 < f.seqlen_q)))
       dq_and_dk(std::true_type{});
     else
       dq_and_dk(std::false_type{});

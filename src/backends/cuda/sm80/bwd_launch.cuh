@@ -76,9 +76,14 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
   const bool accumulate_dq = p.dq_accum != nullptr;  // default mode; deterministic mode runs bwd_dq_kernel
   const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
   const unsigned row_blocks = LaneRow<kHeadDim>::blocks(rows);  // of the D and dQ-convert kernels
-  if (accumulate_dq)
-    if (cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, rows * f.head_dim * sizeof(float), stream); err != cudaSuccess)
+  if (accumulate_dq) {
+    const int64_t accum_rows = DkdvTraits::kDqOrder == DqAccumOrder::kFragment
+                                   ? static_cast<int64_t>(f.batch) * f.heads_q * dq_accum_fragment_rows(f.seqlen_q)
+                                   : rows;
+    if (cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, accum_rows * f.head_dim * sizeof(float), stream);
+        err != cudaSuccess)
       return err;
+  }
   if (rows > 0) bwd_delta_kernel<T, kHeadDim><<<row_blocks, kRowThreads, 0, stream>>>(p);  // seqlen_q = 0: none
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
@@ -92,7 +97,7 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
                               : launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, false, true>);
     if (err != cudaSuccess) return err;
     if (rows > 0)
-      bwd_dq_convert_kernel<T, kHeadDim, DqAccumOrder::kPairInterleaved><<<row_blocks, kRowThreads, 0, stream>>>(p);
+      bwd_dq_convert_kernel<T, kHeadDim, DkdvTraits::kDqOrder><<<row_blocks, kRowThreads, 0, stream>>>(p);
     return cudaGetLastError();
   }
   cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, true, false>)
