@@ -22,8 +22,9 @@ struct BwdKernelParams {
   float* lse_log2;  // workspace, sm90 only: the LSE in log2 units, laid out as delta there
   int64_t delta_head_stride;  // floats from one (batch, head)'s rows of delta to the next, set by the launcher
                               // that lays D out: seqlen_q (sm80), or seqlen_q rounded up to 128 (sm90)
-  float* dq_accum;  // workspace, default mode: dQ in fp32, (batch, heads_q, seqlen_q, head_dim) dense;
-                    // nullptr in deterministic mode
+  float* dq_accum;  // workspace, default mode: dQ in fp32, (batch, heads_q, rows, head_dim), rows = seqlen_q, or
+                    // padded to a multiple of 16 in the sm80 fragment order (sm80/dq_accum.hpp); nullptr in
+                    // deterministic mode
   int smem_limit;   // bytes of shared memory a block may use on this device (the launcher picks a row that fits)
   int n_blocks;     // key blocks per (batch, K/V head), set by the launcher from the row it picks
   bool prefetch;    // two step buffers: a step's tiles load while the previous step's products run (set by the

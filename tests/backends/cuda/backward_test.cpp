@@ -140,7 +140,7 @@ TEST_F(CudaBackward, BitwiseDeterministicOver50Runs) {
 // in both modes, one float less or an address off 16 bytes is refused before anything runs, and the results equal
 // a call that allocates its own (dQ up to the order of its adds, outside the deterministic mode). The size is D and
 // the LSE, 70 rows padded to 128 a head (room for the sm90 kernels' layout whichever family runs), and unless
-// deterministic the fp32 dQ accumulator.
+// deterministic the fp32 dQ accumulator, its 70 rows padded to 80 a head (the sm80 fragment order, dq_accum.hpp).
 void expect_caller_workspace_works(Backend backend, int64_t head_dim, uint64_t seed) {
   for (bool deterministic : {false, true}) {
     Problem p = make_problem(2, 70, 90, 4, 2, head_dim, DType::kBFloat16);
@@ -157,7 +157,7 @@ void expect_caller_workspace_works(Backend backend, int64_t head_dim, uint64_t s
 
     size_t bytes = 0;
     ASSERT_TRUE(backward_workspace_size(b, &bytes).ok());
-    const size_t rows = 2 * 4 * 70, stats = 2 * 2 * 4 * 128;
+    const size_t rows = 2 * 4 * 80, stats = 2 * 2 * 4 * 128;
     EXPECT_EQ(bytes, (stats + (deterministic ? 0 : rows * head_dim)) * sizeof(float))
         << "deterministic " << deterministic;
     ASSERT_TRUE(backward(b).ok());  // the library allocates
