@@ -1,8 +1,9 @@
 // Development harness: the sm80 backward's dK/dV kernel (default mode: dQ added into the fp32 accumulator by
 // atomics) under other rows than the library's (bwd_config.hpp's fields), timed side by side on one GPU
-// (sustained: harness::median_ms), each checked against the library's row for agreement on dK, dV and the dQ
-// accumulator (within 2% of the largest value: other warp splits add in other orders). O and the LSE come from
-// the sm80 forward, D from the library's D kernel; only the dK/dV kernel is timed. Not part of the library;
+// (sustained: harness::median_ms), each checked against the library's row for agreement on dK, dV and dQ (dQ
+// converted from the accumulator in each row's own order; within 2% of the largest value: other warp splits add
+// in other orders). O and the LSE come from the sm80 forward, D from the library's D kernel; only the dK/dV
+// kernel is timed. Not part of the library;
 // results and decisions go to docs/perf-log.md.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude bench/kernels/sm80_bwd_tiles.cu
 // `sm80_bwd_tiles D S` runs only that head dim and length (to profile one shape); no arguments: the sweep.
