@@ -3,12 +3,7 @@
 #pragma once
 
 #include "backends/cuda/fwd_kernel_params.hpp"
-
-#if defined(__CUDACC__)
-#define FLASHTILE_HOST_DEVICE __host__ __device__
-#else
-#define FLASHTILE_HOST_DEVICE
-#endif
+#include "backends/cuda/host_device.hpp"
 
 namespace flashtile::cuda {
 
@@ -34,4 +29,3 @@ struct VisibleKeys {
 
 }  // namespace flashtile::cuda
 
-#undef FLASHTILE_HOST_DEVICE

@@ -41,7 +41,6 @@ namespace flashtile::cuda::sm80 {
 
 enum class DqReductionSlot { kBeforeDk, kAfterDk };
 
-
 template <int kHeadDim>
 struct BwdDkdvConfig;
 //                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                                   kOneBarrier                                kDqAt                                                     kDqOrder                                          smem, 1 / 2 step buffers (bf16)

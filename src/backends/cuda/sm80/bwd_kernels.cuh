@@ -8,7 +8,7 @@
 //        S = Q K^T, P = exp(S - LSE), dP = dO V^T, dS = P (dP - D) scale  (P and dS / scale to shared memory),
 //        dV += P^T dO, dK += dS^T Q, and dQ += dS K added into an fp32 accumulator with atomics
 //        (P is recomputed from the saved LSE, never stored in global memory);
-//   3. bwd_dq_convert_kernel: dQ = the accumulator, in the input dtype (its order: DqAccumOrder, bwd_config.hpp).
+//   3. bwd_dq_convert_kernel: dQ = the accumulator, in the input dtype (its order: DqAccumOrder, dq_accum.hpp).
 // The atomics make dQ's rounding depend on the order the key blocks finish in.
 //
 // Deterministic: kernel 2 without the dQ part, then
@@ -162,20 +162,18 @@ __global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_kernel(const BwdKe
 #pragma unroll
     for (int m = 0; m < 4; ++m)
       v[m] = *reinterpret_cast<const float2*>(block + 16 * (r.i % 8) + 4 * m + 2 * (r.i % 16 / 8));
-    st_global_v4(dst, pack2<T>(v[0].x * p.scale, v[0].y * p.scale), pack2<T>(v[1].x * p.scale, v[1].y * p.scale),
-                 pack2<T>(v[2].x * p.scale, v[2].y * p.scale), pack2<T>(v[3].x * p.scale, v[3].y * p.scale));
-    return;
-  }
-  const float* src = p.dq_accum + r.index * f.head_dim;
-  if (kOrder == DqAccumOrder::kPlain || !dq_group_interleaved(r.column / 16 * 16, f.head_dim)) {
-    const float4 lo = *reinterpret_cast<const float4*>(src + r.column),
-                 hi = *reinterpret_cast<const float4*>(src + r.column + 4);
-    v[0] = {lo.x, lo.y}, v[1] = {lo.z, lo.w}, v[2] = {hi.x, hi.y}, v[3] = {hi.z, hi.w};
   } else {
-    // This lane's half of the group: its pairs 4 floats apart, starting 2 floats in for the second half.
+    const float* src = p.dq_accum + r.index * f.head_dim;
+    if (kOrder == DqAccumOrder::kPlain || !dq_group_interleaved(r.column / 16 * 16, f.head_dim)) {
+      const float4 lo = *reinterpret_cast<const float4*>(src + r.column),
+                   hi = *reinterpret_cast<const float4*>(src + r.column + 4);
+      v[0] = {lo.x, lo.y}, v[1] = {lo.z, lo.w}, v[2] = {hi.x, hi.y}, v[3] = {hi.z, hi.w};
+    } else {
+      // This lane's half of the group: its pairs 4 floats apart, starting 2 floats in for the second half.
 #pragma unroll
-    for (int m = 0; m < 4; ++m)
-      v[m] = *reinterpret_cast<const float2*>(src + r.column / 16 * 16 + r.column % 16 / 4 + 4 * m);
+      for (int m = 0; m < 4; ++m)
+        v[m] = *reinterpret_cast<const float2*>(src + r.column / 16 * 16 + r.column % 16 / 4 + 4 * m);
+    }
   }
   st_global_v4(dst, pack2<T>(v[0].x * p.scale, v[0].y * p.scale), pack2<T>(v[1].x * p.scale, v[1].y * p.scale),
                pack2<T>(v[2].x * p.scale, v[2].y * p.scale), pack2<T>(v[3].x * p.scale, v[3].y * p.scale));
@@ -386,10 +384,11 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     // bwd_config.hpp). The reductions hold their registers until the memory pipe has read them, and no branch
     // may stand between them: a branch waits until every reduction before it has read its registers (ncu, v5:
     // the reductions, each behind such a branch, held 11-30% of the kernel's stall samples at D = 64-256). So
-    // the column test, uniform over the warp, picks one of two copies of the whole tail, and rows
-    // past the sequence end are not branched around: they add -0 (x + -0 = x for every x) to the last real row
-    // instead. Their dS is 0 anyway (their Q and dO rows are zeros) unless a K holding inf makes it NaN, so -0 is
-    // selected rather than their values trusted.
+    // the column test, uniform over the warp, picks one of two copies of the whole tail, and rows past the
+    // sequence end are not branched around: in the fragment order they add into the accumulator's padding, in
+    // the pair-interleaved order -0 (x + -0 = x for every x) to the last real row. Their dS is 0 anyway (their Q
+    // and dO rows are zeros) unless a K holding inf makes it NaN, so -0 is selected rather than their values
+    // trusted.
     auto dk_product = [&] {
       warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, ProbTile{sdS, kPStride, kv_row},
                                                     RowsTile{bQ, kStride, kv_col});
@@ -403,12 +402,8 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
         float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
         warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, ProbTile{sdS + dq_row * kPStride, kPStride, 0},
                                                        RowsTile{sK, kStride, dq_col});
-        float* dq_head;
-        if constexpr (kFragmentOrder)
-          dq_head = p.dq_accum +
-                    (static_cast<int64_t>(b) * f.heads_q + h) * dq_accum_fragment_rows(f.seqlen_q) * f.head_dim;
-        else
-          dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) * f.seqlen_q * f.head_dim;
+        float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) *
+                                          dq_accum_rows(f.seqlen_q, Traits::kDqOrder) * f.head_dim;
         // Pair-interleaved: one address per row, the 16-column groups at immediate offsets from it. Fragment:
         // one address per band, the 8-column blocks 128 floats apart.
         auto reduce = [&] {

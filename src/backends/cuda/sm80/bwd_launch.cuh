@@ -77,9 +77,8 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
   const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
   const unsigned row_blocks = LaneRow<kHeadDim>::blocks(rows);  // of the D and dQ-convert kernels
   if (accumulate_dq) {
-    const int64_t accum_rows = DkdvTraits::kDqOrder == DqAccumOrder::kFragment
-                                   ? static_cast<int64_t>(f.batch) * f.heads_q * dq_accum_fragment_rows(f.seqlen_q)
-                                   : rows;
+    const int64_t accum_rows =
+        static_cast<int64_t>(f.batch) * f.heads_q * dq_accum_rows(f.seqlen_q, DkdvTraits::kDqOrder);
     if (cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, accum_rows * f.head_dim * sizeof(float), stream);
         err != cudaSuccess)
       return err;

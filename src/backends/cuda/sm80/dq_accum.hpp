@@ -4,11 +4,7 @@
 
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define FLASHTILE_HOST_DEVICE __host__ __device__
-#else
-#define FLASHTILE_HOST_DEVICE
-#endif
+#include "backends/cuda/host_device.hpp"
 
 namespace flashtile::cuda::sm80 {
 
@@ -31,13 +27,16 @@ namespace flashtile::cuda::sm80 {
 //     (dq_accum_fragment_rows, below), so rows past the sequence end add into the padding.
 enum class DqAccumOrder { kPlain, kPairInterleaved, kFragment };
 
-// Rows a head of the accumulator in the fragment order: whole 16-row fragments (the other orders keep seqlen_q
-// rows a head). The workspace (backward_workspace_size) is sized for these, so it fits whichever order runs.
+// Rows a head of the accumulator in the fragment order: whole 16-row fragments. The workspace
+// (backward_workspace_size) is sized for these, so it fits whichever order runs.
 constexpr int64_t kDqAccumRowAlign = 16;
 FLASHTILE_HOST_DEVICE constexpr int64_t dq_accum_fragment_rows(int64_t seqlen_q) {
   return (seqlen_q + kDqAccumRowAlign - 1) / kDqAccumRowAlign * kDqAccumRowAlign;
 }
 
-}  // namespace flashtile::cuda::sm80
+// Rows a head of the accumulator in an order: seqlen_q, padded in the fragment order.
+FLASHTILE_HOST_DEVICE constexpr int64_t dq_accum_rows(int64_t seqlen_q, DqAccumOrder order) {
+  return order == DqAccumOrder::kFragment ? dq_accum_fragment_rows(seqlen_q) : seqlen_q;
+}
 
-#undef FLASHTILE_HOST_DEVICE
+}  // namespace flashtile::cuda::sm80
