@@ -127,21 +127,25 @@ if want ablation; then
   timeout 120 $bin bench --ablation --out "$out/flashtile-ablation.jsonl" 2>/dev/null | tail -18 || status=1
 fi
 
-if want profile; then  # B=PROFILE_B (4) H=16 S=PROFILE_S (4096) D=128 bf16, full: both kernels' second launch, all sections
-  pb=${PROFILE_B:-4} ps=${PROFILE_S:-4096}
-  echo "== ncu: flashtile sm80 forward and PyTorch flash (FA2) forward, B=$pb S=$ps"
+if want profile; then  # B=PROFILE_B (4) H=PROFILE_H (16) S=PROFILE_S (4096) D=PROFILE_D (128) bf16, PROFILE_MASK
+  # (full or causal): both kernels' second launch, all sections
+  pb=${PROFILE_B:-4} ph=${PROFILE_H:-16} ps=${PROFILE_S:-4096} pd=${PROFILE_D:-128} pm=${PROFILE_MASK:-full}
+  mask_flag=--no-causal causal_py=False
+  [ "$pm" = causal ] && mask_flag=--causal causal_py=True
+  tag="d$pd-s$ps-$pm"
+  echo "== ncu: flashtile sm80 forward and PyTorch flash (FA2) forward, B=$pb H=$ph S=$ps D=$pd $pm"
   ncu_args=(--set full --print-details all --launch-skip 1 --launch-count 1)
-  timeout 200 ncu "${ncu_args[@]}" -k regex:fwd_kernel $bin run -b $pb -s $ps --no-causal -r 2 --verify-rows 2 \
-    --backend cuda-sm80 > "$out/ncu-flashtile.txt" 2>&1 || status=1
+  timeout 200 ncu "${ncu_args[@]}" -k regex:fwd_kernel $bin run -b $pb --heads $ph -s $ps --head-dim $pd $mask_flag \
+    -r 2 --verify-rows 2 --backend cuda-sm80 > "$out/ncu-fwd-flashtile-$tag.txt" 2>&1 || status=1
   timeout 200 ncu "${ncu_args[@]}" -k regex:flash_fwd python3 -c "
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
-q = torch.randn($pb, 16, $ps, 128, device='cuda', dtype=torch.bfloat16)
+q = torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16)
 with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-    for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, q, q)
-torch.cuda.synchronize()" > "$out/ncu-fa2.txt" 2>&1 || status=1
-  grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Executed Instructions  |Waves Per SM" \
-    "$out/ncu-flashtile.txt" "$out/ncu-fa2.txt"
+    for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=$causal_py)
+torch.cuda.synchronize()" > "$out/ncu-fwd-fa2-$tag.txt" 2>&1 || status=1
+  grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Executed Instructions  |Waves Per SM|SM Frequency" \
+    "$out/ncu-fwd-flashtile-$tag.txt" "$out/ncu-fwd-fa2-$tag.txt"
 fi
 
 # A grid A shape "D:S:mask" (B = 16384 / S, H = 2048 / D): sets pd ps pm pb ph, the tool's mask flag
