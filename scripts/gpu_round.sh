@@ -32,7 +32,8 @@
 #   overhead: the Python layers' per-call cost at B=1, S=128 beside the C++ call (bench/python_overhead.py);
 #   peers: peers.py with flashtile as its candidate (impl name PEERS_NAME, default flashtile-sm80: set
 #     flashtile-sm90 when the build's auto forward is the sm90 kernel, or FLASHTILE_CUDA_FORWARD=sm80 to keep the
-#     sm80 one) (forward and backward through autograd, grids PEERS_GRIDS, default A,L,G).
+#     sm80 one) (forward and backward through autograd, grids PEERS_GRIDS, default A,L,G; PEERS_DTYPE=fp16 runs
+#     the attention grids in fp16).
 # Results land in $OUT (the device tool brings them back, 8 files at most: the test and sanitizer logs go into one
 # test-logs.tar); copy them to bench/results/ with the date.
 # Prepared by scripts/device_prepare.sh; stages can be chosen: scripts/gpu_round.sh tests sanitize run benchC
@@ -347,11 +348,20 @@ if want clocks; then  # burst vs sustained speed of one forward, with the SM clo
 fi
 
 if want peers; then  # flashtile through its Python API as peers.py's candidate: forward and backward, one table
-  echo "== peers.py --grids ${PEERS_GRIDS:-A,L,G} --candidate flashtile:flash_attn_func"
+  # PEERS_DTYPE=fp16: peers.py measures its attention grids in bf16 only; this runs a copy whose attn_case default
+  # dtype is float16 (one sed; the check below fails the stage if the line moved). Same peers, same timing; the
+  # GEMM and copy ceilings stay bf16. Results go to peersCandidate-fp16/.
+  peers_py=.device/peers.py peers_out=$out/peersCandidate
+  if [ "${PEERS_DTYPE:-bf16}" = fp16 ]; then
+    peers_py=.device/peers_fp16.py peers_out=$out/peersCandidate-fp16
+    sed 's/^def attn_case(\(.*\)dtype=torch.bfloat16):/def attn_case(\1dtype=torch.float16):/' .device/peers.py > "$peers_py"
+    grep -q '^def attn_case(.*dtype=torch.float16):' "$peers_py" || { echo "peers: attn_case's dtype default not found"; status=1; }
+  fi
+  echo "== peers.py (${PEERS_DTYPE:-bf16}) --grids ${PEERS_GRIDS:-A,L,G} --candidate flashtile:flash_attn_func"
   FLASHTILE_LIBRARY=$PWD/build-device/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout 540 \
-    python3 .device/peers.py --grids "${PEERS_GRIDS:-A,L,G}" --candidate flashtile:flash_attn_func --name "${PEERS_NAME:-flashtile-sm80}" \
-    --out "$out/peersCandidate" > /dev/null 2>&1 || status=1
-  grep -c "${PEERS_NAME:-flashtile-sm80}" "$out/peersCandidate/peers.jsonl"
+    python3 "$peers_py" --grids "${PEERS_GRIDS:-A,L,G}" --candidate flashtile:flash_attn_func --name "${PEERS_NAME:-flashtile-sm80}" \
+    --out "$peers_out" > /dev/null 2>&1 || status=1
+  grep -c "${PEERS_NAME:-flashtile-sm80}" "$peers_out/peers.jsonl"
 fi
 rm -f "$out"/*.md  # the tables are printed above; the JSON lines are the record (8 files come back at most)
 # The test and sanitizer logs in one tar, so that they cannot crowd out a stage's results from the 8 files.
