@@ -30,11 +30,12 @@ struct Problem {
 
 // A table row with its dQ reductions in another slot, or the other number of barriers a step (other fields:
 // write a row as bwd_config.hpp does).
-template <typename Base>
-struct OtherDqSlot : Base {
-  static constexpr DqReductionSlot kDqAt =
-      Base::kDqAt == DqReductionSlot::kBeforeDk ? DqReductionSlot::kAfterDk : DqReductionSlot::kBeforeDk;
+template <typename Base, DqReductionSlot kSlot>
+struct WithDqSlot : Base {
+  static constexpr DqReductionSlot kDqAt = kSlot;
 };
+template <typename Base>
+using DqUnderDk = WithDqSlot<Base, DqReductionSlot::kUnderDk>;  // the reductions spread over dK's k-steps
 template <typename Base>
 struct OtherBarriers : Base {
   static constexpr bool kOneBarrier = !Base::kOneBarrier;
@@ -149,22 +150,23 @@ void sweep(int seqlen, bool causal, const char* const* names) {
 
 int main(int argc, char** argv) {
   if (argc == 3) g_only_dim = std::atoi(argv[1]), g_only_seqlen = std::atoi(argv[2]);
-  // Each table row with its dQ reductions in the other slot, with the other number of barriers a step, and with
-  // the accumulator in the other order (the table's kDqAt, kOneBarrier and kDqOrder; v12-v14 in docs/perf-log.md).
-  static const char* const others[] = {"the other dQ reduction slot", "the other barrier count",
-                                       "the other dQ accumulator order"};
+  // Each table row with its dQ reductions spread over dK's k-steps (DqReductionSlot::kUnderDk), alone and with
+  // the other number of barriers a step; D = 128 also with the fragment order; D = 256, whose row has them
+  // there (v16), with them before dK instead, and with the other barrier count. Earlier sweeps (the other slot,
+  // barrier count and order, each alone: v12-v15 in docs/perf-log.md) are in this file's history.
+  static const char* const under[] = {"dQ under dK", "dQ under dK, the other barrier count"};
+  static const char* const under128[] = {"dQ under dK", "dQ under dK, the other barrier count",
+                                         "dQ under dK, the other dQ accumulator order"};
+  static const char* const under256[] = {"dQ before dK", "the other barrier count"};
   for (bool causal : {false, true})
     for (int s : {512, 1024, 4096}) {
-      sweep<64, OtherDqSlot<BwdDkdvConfig<64>>, OtherBarriers<BwdDkdvConfig<64>>, OtherDqOrder<BwdDkdvConfig<64>>>(
-          s, causal, others);
-      sweep<96, OtherDqSlot<BwdDkdvConfig<96>>, OtherBarriers<BwdDkdvConfig<96>>, OtherDqOrder<BwdDkdvConfig<96>>>(
-          s, causal, others);
-      sweep<128, OtherDqSlot<BwdDkdvConfig<128>>, OtherBarriers<BwdDkdvConfig<128>>,
-            OtherDqOrder<BwdDkdvConfig<128>>>(s, causal, others);
-      sweep<192, OtherDqSlot<BwdDkdvConfig<192>>, OtherBarriers<BwdDkdvConfig<192>>,
-            OtherDqOrder<BwdDkdvConfig<192>>>(s, causal, others);
-      sweep<256, OtherDqSlot<BwdDkdvConfig<256>>, OtherBarriers<BwdDkdvConfig<256>>,
-            OtherDqOrder<BwdDkdvConfig<256>>>(s, causal, others);
+      sweep<64, DqUnderDk<BwdDkdvConfig<64>>, OtherBarriers<DqUnderDk<BwdDkdvConfig<64>>>>(s, causal, under);
+      sweep<96, DqUnderDk<BwdDkdvConfig<96>>, OtherBarriers<DqUnderDk<BwdDkdvConfig<96>>>>(s, causal, under);
+      sweep<128, DqUnderDk<BwdDkdvConfig<128>>, OtherBarriers<DqUnderDk<BwdDkdvConfig<128>>>,
+            OtherDqOrder<DqUnderDk<BwdDkdvConfig<128>>>>(s, causal, under128);
+      sweep<192, DqUnderDk<BwdDkdvConfig<192>>, OtherBarriers<DqUnderDk<BwdDkdvConfig<192>>>>(s, causal, under);
+      sweep<256, WithDqSlot<BwdDkdvConfig<256>, DqReductionSlot::kBeforeDk>, OtherBarriers<BwdDkdvConfig<256>>>(
+          s, causal, under256);
     }
   return 0;
 }

@@ -20,7 +20,11 @@
 // behind them: MIO and LG throttle were 28% of the stall samples at D = 256 with 8-byte reductions,
 // docs/perf-log.md); kAfterDk: after dK's product, so they drain under its last MMAs and the step's end barrier
 // (acc_dq stays live through dK). The tile harness (bench/kernels/sm80_bwd_tiles.cu) times both slots for each
-// row: kAfterDk is +6.5-8.5% at D = 128 and -1 to -2.5% at D = 64 and 256 (v12, docs/perf-log.md).
+// row: kAfterDk is +6.5-8.5% at D = 128 and -1 to -2.5% at D = 64 and 256 (v12, docs/perf-log.md). kUnderDk:
+// spread over dK's k-steps, each k-step's share held behind its MMAs (bwd_kernels.cuh): at D = 256 the 16
+// reductions in a row held dK's first LDSMs in the MIO queue (ncu, v15: MIO + LG throttle 19% of the stall
+// samples against FA2's 5%). Tile harness, same call (v16): D = 256 +3.7-4.8% at every shape; D = 64 -4 to
+// -6%, D = 96 -1 to -4%, D = 128 -3 to -7%, D = 192 -2 to -3% (not profiled). Taken at D = 256.
 // kOneBarrier: one barrier a step instead of two (run_steps, bwd_kernels.cuh), the next step's loads issued after
 // it. Same-call A/B of every row with it (v13): D = 256 +1.6-2.7% at S >= 2048, D = 64 -2.7 to +1.5%, D = 128
 // -4.5% at every shape (its reductions end the step, and the loads now queue behind them right before S's
@@ -40,7 +44,7 @@
 
 namespace flashtile::cuda::sm80 {
 
-enum class DqReductionSlot { kBeforeDk, kAfterDk };
+enum class DqReductionSlot { kBeforeDk, kAfterDk, kUnderDk };
 
 template <int kHeadDim>
 struct BwdDkdvConfig;
@@ -49,7 +53,7 @@ template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlo
 template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 113 / 139 KB
 template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kAfterDk;  static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; };  // 130 / 163 KB
 template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 115 / 163 KB
-template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 147 / 211 KB
+template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kUnderDk;  static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 147 / 211 KB
 
 // Rows for GPUs whose blocks cannot have the row above with one step buffer: consumer Ampere and Ada offer 99 KB
 // per block. 64 keys per CTA, S and dP on 16 x 32 warp tiles. Head dims 192 and 256 have none: no row of this

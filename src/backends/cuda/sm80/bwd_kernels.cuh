@@ -389,9 +389,9 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     // the pair-interleaved order -0 (x + -0 = x for every x) to the last real row. Their dS is 0 anyway (their Q
     // and dO rows are zeros) unless a K holding inf makes it NaN, so -0 is selected rather than their values
     // trusted.
-    auto dk_product = [&] {
+    auto dk_product = [&](auto&& after_step) {
       warp_mma<T, kKvRows, kKvCols, kM, true, true>(acc_dk, ProbTile{sdS, kPStride, kv_row},
-                                                    RowsTile{bQ, kStride, kv_col});
+                                                    RowsTile{bQ, kStride, kv_col}, after_step);
     };
     constexpr bool kFragmentOrder = Traits::kDqOrder == DqAccumOrder::kFragment;
     // full: every column of the warp's dQ tile is real, and in the fragment order every 16-row band of it too
@@ -405,16 +405,20 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
         float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) *
                                           dq_accum_rows(f.seqlen_q, Traits::kDqOrder) * f.head_dim;
         // Pair-interleaved: one address per row, the 16-column groups at immediate offsets from it. Fragment:
-        // one address per band, the 8-column blocks 128 floats apart.
-        auto reduce = [&] {
+        // one address per band, the 8-column blocks 128 floats apart. reduce(lo, hi) issues the reductions
+        // numbered [lo, hi) of the warp's kReductions, in the loops' order (compile-time bounds once unrolled:
+        // kUnderDk hands each of dK's k-steps its share).
+        auto reduce = [&](int lo, int hi, int pin) {
           if constexpr (kFragmentOrder) {
 #pragma unroll
             for (int i = 0; i < kDqRows / 16; ++i) {
               const int band0 = row0 + dq_row + i * 16;
               if (!kFull && band0 >= f.seqlen_q) break;  // past the padding (the last block of a head)
-              float* dst = dq_head + static_cast<int64_t>(band0) * f.head_dim + dq_col * 16 + lane * 4;
+              float* dst = dq_head + static_cast<int64_t>(band0) * f.head_dim + dq_col * 16 + lane * 4 + pin;
 #pragma unroll
               for (int j = 0; j < kDqCols / 8; ++j) {
+                const int n = i * (kDqCols / 8) + j;
+                if (n < lo || n >= hi) continue;
                 if (!kFull && dq_col + j * 8 >= f.head_dim) break;
                 const float(&frag)[4] = acc_dq[i][j];
                 red_add(dst + j * 128, make_float4(frag[0], frag[1], frag[2], frag[3]));
@@ -427,10 +431,12 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
               for (int hr = 0; hr < 2; ++hr) {
                 const int row = row0 + dq_row + i * 16 + g + hr * 8;
                 const bool real = row < f.seqlen_q;
-                float* dst = dq_head + static_cast<int64_t>(real ? row : f.seqlen_q - 1) * f.head_dim + dq_col;
+                float* dst = dq_head + static_cast<int64_t>(real ? row : f.seqlen_q - 1) * f.head_dim + dq_col + pin;
                 auto value = [&](int j, int e) { return real ? acc_dq[i][j][2 * hr + e] : -0.0f; };
 #pragma unroll
                 for (int j = 0; j < kDqCols / 8; j += 2) {
+                  const int n = (i * 2 + hr) * (kDqCols / 16) + j / 2;
+                  if (n < lo || n >= hi) continue;
                   // Head dims are multiples of 8: a 16-column group is real as a whole, in part (the trailing
                   // half group, plain order) or not at all.
                   if (!kFull && dq_col + j * 8 >= f.head_dim) break;
@@ -443,15 +449,27 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
               }
           }
         };
+        // Fragment order: one reduction per 16 x 8 block; pair-interleaved: one per row half and 16 columns.
+        constexpr int kReductions = kFragmentOrder ? kDqRows / 16 * kDqCols / 8 : kDqRows / 16 * 2 * kDqCols / 16;
         if constexpr (Traits::kDqAt == DqReductionSlot::kBeforeDk) {
-          reduce();
-          dk_product();
+          reduce(0, kReductions, 0);
+          dk_product(NoWork{});
+        } else if constexpr (Traits::kDqAt == DqReductionSlot::kAfterDk) {
+          dk_product(NoWork{});
+          reduce(0, kReductions, 0);
         } else {
-          dk_product();
-          reduce();
+          constexpr int kSteps = kM / 16;  // dK's k-steps
+          // ptxas hoists the reductions to right after dQ's product, ahead of dK's (their operands are ready
+          // there): each k-step's share takes an address offset of 0 that reads the k-step's last dK
+          // accumulator, so it waits for that MMA. `never` is 0 (n_blocks >= 0) where the compiler cannot know it.
+          const int never = p.n_blocks >> 31;
+          dk_product([&](int ks) {
+            const int pin = __float_as_int(acc_dk[kKvRows / 16 - 1][kKvCols / 8 - 1][3]) & never;
+            reduce(kReductions * ks / kSteps, kReductions * (ks + 1) / kSteps, pin);
+          });
         }
       } else {
-        dk_product();
+        dk_product(NoWork{});
       }
     };
     if (!kAccumulateDq ||

@@ -78,10 +78,15 @@ struct OperandAddresses {
 // The k-steps are software-pipelined: step k + 1's fragments load while step k's MMAs issue, so a warp's
 // ldmatrix latency (~30 cycles) hides behind its own tensor work, not only behind other warps' (a CTA of eight
 // warps leaves two per scheduler). Costs one more set of fragments in registers.
+// after_step(ks) runs after k-step ks's MMAs are issued (and k-step ks + 1's loads), ks a compile-time constant
+// once unrolled: other work to spread over the product (the backward's dQ reductions, DqReductionSlot::kUnderDk).
+struct NoWork {
+  __device__ __forceinline__ void operator()(int) const {}
+};
 template <typename T, int kRows, int kCols, int kK, bool kATransposed, bool kBTransposed, bool kASwizzled,
-          bool kBSwizzled>
+          bool kBSwizzled, typename AfterStep = NoWork>
 __device__ __forceinline__ void warp_mma(float (&acc)[kRows / 16][kCols / 8][4], const SmemTile<T, kASwizzled>& a,
-                                         const SmemTile<T, kBSwizzled>& b) {
+                                         const SmemTile<T, kBSwizzled>& b, AfterStep&& after_step = NoWork{}) {
   static_assert(kRows % 16 == 0 && kCols % 16 == 0 && kK % 16 == 0, "warp tiles are multiples of 16");
   const int lane = threadIdx.x % 32;
   // Matrix i of an x4 load is lanes 8i..8i+7's rows. A's four are (rows +0, k +0), (rows +8, k +0),
@@ -121,6 +126,7 @@ __device__ __forceinline__ void warp_mma(float (&acc)[kRows / 16][kCols / 8][4],
         mma_16x8x16<T>(acc[i][2 * j], fa[ks % 2][i], fb[ks % 2][j][0], fb[ks % 2][j][1]);
         mma_16x8x16<T>(acc[i][2 * j + 1], fa[ks % 2][i], fb[ks % 2][j][2], fb[ks % 2][j][3]);
       }
+    after_step(ks);
   }
 }
 
