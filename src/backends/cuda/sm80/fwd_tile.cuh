@@ -66,6 +66,39 @@ __device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int
                                                                 rows_valid, cols_valid);
 }
 
+// The reverse of load_rows_async, for a tile that every thread of the CTA has written to shared memory in the
+// same layout: rows [row0, rows_valid) and columns [0, cols_valid) of it go to global memory in 16-byte chunks,
+// the threads of a warp covering whole 128-byte lines of a row; tid is this thread's index in the CTA. As in
+// the copy in, each thread keeps its column and steps down the rows where a pass of the CTA covers whole rows.
+template <typename Traits, int kRows, bool kSwizzle = false, typename T>
+__device__ __forceinline__ void store_rows(unsigned tid, const T* smem, T* head_base, int64_t row_stride, int row0,
+                                           int rows_valid, int cols_valid) {
+  constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
+  constexpr int kThreads = Traits::kThreads, kRowsPerPass = kThreads / kChunks;
+  if constexpr (kThreads % kChunks == 0 && kRows % kRowsPerPass == 0 && (!kSwizzle || kRowsPerPass % 8 == 0)) {
+    const unsigned r = tid / kChunks, c = tid % kChunks;
+    if (c * 8 >= static_cast<unsigned>(cols_valid)) return;
+    T* dst = head_base + (row0 + static_cast<int>(r)) * row_stride + c * 8;
+    const T* src = smem + r * Traits::kRowStride + (kSwizzle ? c ^ (r & 7) : c) * 8;
+#pragma unroll
+    for (int j = 0; j < kRows / kRowsPerPass; ++j, dst += kRowsPerPass * row_stride)
+      if (row0 + static_cast<int>(r) + j * kRowsPerPass < rows_valid)
+        *reinterpret_cast<uint4*>(dst) =
+            *reinterpret_cast<const uint4*>(src + j * kRowsPerPass * Traits::kRowStride);
+  } else {
+    constexpr int kTotal = kRows * kChunks;
+#pragma unroll
+    for (int j = 0; j < (kTotal + kThreads - 1) / kThreads; ++j) {
+      const int i = static_cast<int>(tid) + j * kThreads;
+      if (kTotal % kThreads != 0 && i >= kTotal) break;
+      const int r = i / kChunks, c = i % kChunks;
+      if (row0 + r < rows_valid && c * 8 < cols_valid)
+        *reinterpret_cast<uint4*>(head_base + (row0 + r) * row_stride + c * 8) =
+            *reinterpret_cast<const uint4*>(smem + r * Traits::kRowStride + (kSwizzle ? c ^ (r & 7) : c) * 8);
+    }
+  }
+}
+
 // First row of slice s of this warp, within the CTA's block of kBlockM rows.
 template <typename Traits>
 __device__ __forceinline__ int slice_row(int s) {

@@ -34,6 +34,15 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// threadIdx.x read again from its special register. The asm is volatile, so the compiler cannot reuse a copy
+// it read before a long loop and keep that copy live in a register through it: for code after the loop (the
+// backward's dK/dV epilogue, where the reuse made ptxas spill the D = 64 loop's registers).
+__device__ __forceinline__ unsigned thread_index_reread() {
+  unsigned tid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  return tid;
+}
+
 // Shared-memory barriers (mbarrier, sm80): a 64-bit counter that completes a phase once `count` arrivals have
 // come in, then starts the next. Waiters name the phase by its parity (the k-th use of a barrier waits with
 // parity k & 1), so a waiter may lag the barrier by at most one phase.
