@@ -25,7 +25,7 @@
 #     backward kernels, B=8 H=16 S=2048 D=128 full;
 #   ab: this tree's library, then each candidate library of .device/cand-*/ (scripts/candidate_lib.sh <ref> <name>),
 #     through the same tool: `flashtile bench $AB_ARGS` (default grid A bf16 forward and backward, sm80) into
-#     ab-<name>.jsonl, bench/ab_table.py's summary; AB_CANDS=name,... picks candidates (default all); AB_TESTS=1
+#     ab-<name>[-$AB_TAG].jsonl, bench/ab_table.py's summary; AB_CANDS=name,... picks candidates (default all); AB_TESTS=1
 #     also runs the GPU tests against each library;
 #   clocks: one forward's speed in a 10-call burst and sustained for 2 s, with the SM clock and board power
 #     (flashtile sm80 and sm90, FA2, cuDNN; CLOCK_B, CLOCK_S, CLOCK_D pick the problem; bench/clock_probe.py);
@@ -310,6 +310,7 @@ if want overhead; then  # the Python layers' per-call cost on a small problem, a
 fi
 if want ab; then  # same-call A/B: this tree's library, then each candidate's (scripts/candidate_lib.sh), same binaries
   ab_args=${AB_ARGS:---grid A --backends cuda-sm80 --dtype bf16 --backward --repeats 10 --verify-rows 2}
+  ab_tag=${AB_TAG:+-$AB_TAG}  # AB_TAG names this run's files, so that a second ab run in one call keeps the first's
   libs=("base:$PWD/build-device")
   for xz in .device/cand-*/libflashtile.so.0.1.0.xz; do
     [ -f "$xz" ] || continue
@@ -332,11 +333,11 @@ if want ab; then  # same-call A/B: this tree's library, then each candidate's (s
     # shellcheck disable=SC2086  # ab_args is a list of options
     LD_LIBRARY_PATH=$dir:$PWD/.device/lib timeout 400 $bin bench $ab_args -o "/tmp/ab-$name.jsonl" 2>/dev/null |
       tail -1 || status=1
-    cp "/tmp/ab-$name.jsonl" "$out/" || status=1
+    cp "/tmp/ab-$name.jsonl" "$out/ab-$name$ab_tag.jsonl" || status=1
   done
   for entry in "${libs[@]:1}"; do
     echo "== A/B ${entry%%:*} / base"
-    python3 bench/ab_table.py "$out/ab-base.jsonl" "$out/ab-${entry%%:*}.jsonl" | tail -3
+    python3 bench/ab_table.py "$out/ab-base$ab_tag.jsonl" "$out/ab-${entry%%:*}$ab_tag.jsonl" | tail -3
   done
 fi
 
