@@ -151,19 +151,18 @@ void sweep(int seqlen, bool causal, const char* const* names) {
 int main(int argc, char** argv) {
   if (argc == 3) g_only_dim = std::atoi(argv[1]), g_only_seqlen = std::atoi(argv[2]);
   // Each table row with its dQ reductions spread over dK's k-steps (DqReductionSlot::kUnderDk), alone and with
-  // the other number of barriers a step; D = 128 also with the fragment order; D = 256, whose row has them
-  // there (v16), with them before dK instead, and with the other barrier count. Earlier sweeps (the other slot,
+  // the other number of barriers a step; D = 128 and 256, whose rows have them there (v18, v16), with them
+  // where they were before (after dK in the pair-interleaved order; before dK) and with the other barrier count. Earlier sweeps (the other slot,
   // barrier count and order, each alone: v12-v15 in docs/perf-log.md) are in this file's history.
   static const char* const under[] = {"dQ under dK", "dQ under dK, the other barrier count"};
-  static const char* const under128[] = {"dQ under dK", "dQ under dK, the other barrier count",
-                                         "dQ under dK, the other dQ accumulator order"};
+  static const char* const under128[] = {"dQ after dK, pair-interleaved (v17's row)", "the other barrier count"};
   static const char* const under256[] = {"dQ before dK", "the other barrier count"};
   for (bool causal : {false, true})
     for (int s : {512, 1024, 4096}) {
       sweep<64, DqUnderDk<BwdDkdvConfig<64>>, OtherBarriers<DqUnderDk<BwdDkdvConfig<64>>>>(s, causal, under);
       sweep<96, DqUnderDk<BwdDkdvConfig<96>>, OtherBarriers<DqUnderDk<BwdDkdvConfig<96>>>>(s, causal, under);
-      sweep<128, DqUnderDk<BwdDkdvConfig<128>>, OtherBarriers<DqUnderDk<BwdDkdvConfig<128>>>,
-            OtherDqOrder<DqUnderDk<BwdDkdvConfig<128>>>>(s, causal, under128);
+      sweep<128, OtherDqOrder<WithDqSlot<BwdDkdvConfig<128>, DqReductionSlot::kAfterDk>>,
+            OtherBarriers<BwdDkdvConfig<128>>>(s, causal, under128);
       sweep<192, DqUnderDk<BwdDkdvConfig<192>>, OtherBarriers<DqUnderDk<BwdDkdvConfig<192>>>>(s, causal, under);
       sweep<256, WithDqSlot<BwdDkdvConfig<256>, DqReductionSlot::kBeforeDk>, OtherBarriers<BwdDkdvConfig<256>>>(
           s, causal, under256);

@@ -24,15 +24,18 @@
 // spread over dK's k-steps, each k-step's share held behind its MMAs (bwd_kernels.cuh): at D = 256 the 16
 // reductions in a row held dK's first LDSMs in the MIO queue (ncu, v15: MIO + LG throttle 19% of the stall
 // samples against FA2's 5%). Tile harness, same call (v16): D = 256 +3.7-4.8% at every shape; D = 64 -4 to
-// -6%, D = 96 -1 to -4%, D = 128 -3 to -7%, D = 192 -2 to -3% (not profiled). Taken at D = 256.
+// -6%, D = 96 -1 to -4%, D = 128 -3 to -7%, D = 192 -2 to -3% (not profiled). Taken at D = 256, and at D = 128
+// with the fragment order since v17's epilogue (dK and dV through shared memory): the tile harness then timed
+// that pair +1.5-2.7% over kAfterDk with the pair-interleaved order at every D = 128 shape (v18).
 // kOneBarrier: one barrier a step instead of two (run_steps, bwd_kernels.cuh), the next step's loads issued after
 // it. Same-call A/B of every row with it (v13): D = 256 +1.6-2.7% at S >= 2048, D = 64 -2.7 to +1.5%, D = 128
 // -4.5% at every shape (its reductions end the step, and the loads now queue behind them right before S's
 // first LDSMs instead of issuing under the barrier's wait); true at D = 256, and at D = 192 since the tile
 // harness timed it with the fragment order (2026-12-02: +0.5-2.5% at five of six shapes, -0.6% at S = 512 causal).
 // kDqOrder: the dQ accumulator's order (DqAccumOrder, dq_accum.hpp). The tile harness, same call (v14): the
-// fragment order +1-2% at D = 64, +5-7% at D = 96 and 192, +3.6-4.3% at D = 256, -0.7 to -2.7% at D = 128 (whose
-// reductions come after dK's product); the small rows keep the pair-interleaved order (not timed).
+// fragment order +1-2% at D = 64, +5-7% at D = 96 and 192, +3.6-4.3% at D = 256, -0.7 to -2.7% at D = 128 with
+// its reductions after dK's product (under dK it wins, above); the small rows keep the pair-interleaved order
+// (not timed).
 //
 // The deterministic mode's dQ kernel (BwdDqTiles): one CTA per 64 query rows, four warps of 16 rows, steps of
 // 64 keys, the forward's tile pieces. Above a head dim of 128 each CTA accumulates half the columns
@@ -51,7 +54,7 @@ struct BwdDkdvConfig;
 //                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                                   kOneBarrier                                kDqAt                                                     kDqOrder                                          smem, 1 / 2 step buffers (bf16)
 template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 133 / 166 KB
 template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 113 / 139 KB
-template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kAfterDk;  static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; };  // 130 / 163 KB
+template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kUnderDk;  static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 130 / 163 KB
 template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 115 / 163 KB
 template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kUnderDk;  static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 147 / 211 KB
 
