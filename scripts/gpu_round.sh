@@ -25,8 +25,8 @@
 #     backward kernels, B=8 H=16 S=2048 D=128 full;
 #   ab: this tree's library, then each candidate library of .device/cand-*/ (scripts/candidate_lib.sh <ref> <name>),
 #     through the same tool: `flashtile bench $AB_ARGS` (default grid A bf16 forward and backward, sm80) into
-#     ab-<name>[-$AB_TAG].jsonl, bench/ab_table.py's summary; AB_CANDS=name,... picks candidates (default all); AB_TESTS=1
-#     also runs the GPU tests against each library;
+#     ab-<name>[-$AB_TAG].jsonl, bench/ab_table.py's summary; AB_CANDS=name,... picks candidates (default all);
+#     AB_TESTS=1 also runs the GPU tests against each library;
 #   clocks: one forward's speed in a 10-call burst and sustained for 2 s, with the SM clock and board power
 #     (flashtile sm80 and sm90, FA2, cuDNN; CLOCK_B, CLOCK_S, CLOCK_D pick the problem; bench/clock_probe.py);
 #   overhead: the Python layers' per-call cost at B=1, S=128 beside the C++ call (bench/python_overhead.py);

@@ -152,8 +152,9 @@ int main(int argc, char** argv) {
   if (argc == 3) g_only_dim = std::atoi(argv[1]), g_only_seqlen = std::atoi(argv[2]);
   // Each table row with its dQ reductions spread over dK's k-steps (DqReductionSlot::kUnderDk), alone and with
   // the other number of barriers a step; D = 128 and 256, whose rows have them there (v18, v16), with them
-  // where they were before (after dK in the pair-interleaved order; before dK) and with the other barrier count. Earlier sweeps (the other slot,
-  // barrier count and order, each alone: v12-v15 in docs/perf-log.md) are in this file's history.
+  // where they were before (after dK in the pair-interleaved order; before dK) and with the other barrier
+  // count. Earlier sweeps (the other slot, barrier count and order, each alone: v12-v15 in docs/perf-log.md)
+  // are in this file's history.
   static const char* const under[] = {"dQ under dK", "dQ under dK, the other barrier count"};
   static const char* const under128[] = {"dQ after dK, pair-interleaved (v17's row)", "the other barrier count"};
   static const char* const under256[] = {"dQ before dK", "the other barrier count"};

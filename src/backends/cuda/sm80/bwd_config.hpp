@@ -26,7 +26,8 @@
 // samples against FA2's 5%). Tile harness, same call (v16): D = 256 +3.7-4.8% at every shape; D = 64 -4 to
 // -6%, D = 96 -1 to -4%, D = 128 -3 to -7%, D = 192 -2 to -3% (not profiled). Taken at D = 256, and at D = 128
 // with the fragment order since v17's epilogue (dK and dV through shared memory): the tile harness then timed
-// that pair +1.5-2.7% over kAfterDk with the pair-interleaved order at every D = 128 shape (v18).
+// that pair +1.5-2.7% over kAfterDk with the pair-interleaved order at every D = 128 shape; through the library
+// (same-call A/B, v18) +0.8% over grid A's D = 128 rows, +0.6-2.2% at S >= 2048 but -1.5% at S = 512.
 // kOneBarrier: one barrier a step instead of two (run_steps, bwd_kernels.cuh), the next step's loads issued after
 // it. Same-call A/B of every row with it (v13): D = 256 +1.6-2.7% at S >= 2048, D = 64 -2.7 to +1.5%, D = 128
 // -4.5% at every shape (its reductions end the step, and the loads now queue behind them right before S's

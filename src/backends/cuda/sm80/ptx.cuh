@@ -61,10 +61,10 @@ __device__ __forceinline__ void cp_async_arrive(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared.b64 [%0];\n" ::"r"(smem_address(bar)) : "memory");
 }
 // Waits until the phase of the given parity has completed (acquire: what the arrivals released is visible).
-// On sm90 try_wait suspends the warp in hardware until the phase completes or a time limit passes, so a waiting
-// warp neither spins through issue slots the working warps of its SM partition need nor stalls on the loop's
-// branch (ncu of the ring at D = 256 S = 512: "branch resolving" 0.32 cycles an instruction against FA2's
-// 0.02, docs/perf-log.md); sm80 has only test_wait, which returns at once.
+// On sm90 try_wait suspends the warp in hardware until the phase completes or a time limit passes, so that a
+// waiting warp spins less (the ncu profile of the ring at D = 256 S = 512 had "branch resolving" at 0.32 cycles
+// an instruction against FA2's 0.02; not profiled again). Same-call A/B (v20, docs/perf-log.md): forward
+// +0.9% at D = 256, +0.3% over grid A. sm80 has only test_wait, which returns at once.
 __device__ __forceinline__ void mbarrier_wait(uint64_t* bar, int parity) {
   uint32_t done = 0;
   while (!done)
