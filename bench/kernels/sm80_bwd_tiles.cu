@@ -108,7 +108,7 @@ float run_row(Tensors& t) {
   CHECK(cudaMemset(t.dv, 0xff, t.n * 2));
   CHECK(cudaMemset(t.dq, 0xff, t.n * 2));
   launch();
-  bwd_dq_convert_kernel<T, D, Config::kDqOrder><<<LaneRow<D>::blocks(t.rows), kRowThreads>>>(p);
+  launch_bwd_dq_convert<T, D, Config::kDqOrder>(p, nullptr);
   CHECK(cudaDeviceSynchronize());
   return ms;
 }

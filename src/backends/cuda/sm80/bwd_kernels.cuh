@@ -8,7 +8,7 @@
 //        S = Q K^T, P = exp(S - LSE), dP = dO V^T, dS = P (dP - D) scale  (P and dS / scale to shared memory),
 //        dV += P^T dO, dK += dS^T Q, and dQ += dS K added into an fp32 accumulator with atomics
 //        (P is recomputed from the saved LSE, never stored in global memory);
-//   3. bwd_dq_convert_kernel: dQ = the accumulator, in the input dtype (its order: DqAccumOrder, dq_accum.hpp).
+//   3. launch_bwd_dq_convert: dQ = the accumulator, in the input dtype (its order: DqAccumOrder, dq_accum.hpp).
 // The atomics make dQ's rounding depend on the order the key blocks finish in.
 //
 // Deterministic: kernel 2 without the dQ part, then
@@ -144,39 +144,107 @@ __device__ __forceinline__ void red_add(float* at, float4 v) {
 #endif
 }
 
-// dQ = the fp32 accumulator (sums of dS / scale times K) times the scale, in the input dtype (default mode), one
-// query row per lane group, 8 columns a lane (accumulator rows are 32-byte aligned: head dims are multiples of 8).
+// dQ = the fp32 accumulator (sums of dS / scale times K) times the scale, in the input dtype (default mode), for
+// the row orders (kPlain, kPairInterleaved): one query row per lane group, 8 columns a lane (accumulator rows are
+// 32-byte aligned: head dims are multiples of 8).
 template <typename T, int kHeadDim, DqAccumOrder kOrder>
-__global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_kernel(const BwdKernelParams p) {
+__global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_rows_kernel(const BwdKernelParams p) {
+  static_assert(kOrder != DqAccumOrder::kFragment, "the fragment order has its own kernel, below");
   const FwdKernelParams& f = p.fwd;
   LaneRow<kHeadDim> r;
   if (!r.find(f, f.seqlen_q) || r.column >= f.head_dim) return;
   T* dst = static_cast<T*>(p.dq) + r.b * p.dq_stride[0] + r.i * p.dq_stride[1] + r.h * p.dq_stride[2] + r.column;
   float2 v[4];  // columns r.column + 2 m and + 1
-  if constexpr (kOrder == DqAccumOrder::kFragment) {
-    // Row r.i's 16-row band, the lane's 8 columns as one fragment: lane 4g + m of it holds columns 2m, 2m + 1 of
-    // rows g (floats 0, 1) and g + 8 (2, 3), so this row is g = r.i % 8 in half r.i % 16 / 8.
-    const float* head =
-        p.dq_accum + (static_cast<int64_t>(r.b) * f.heads_q + r.h) * dq_accum_fragment_rows(f.seqlen_q) * f.head_dim;
-    const float* block = head + static_cast<int64_t>(r.i / 16 * 16) * f.head_dim + r.column * 16;
+  const float* src = p.dq_accum + r.index * f.head_dim;
+  if (kOrder == DqAccumOrder::kPlain || !dq_group_interleaved(r.column / 16 * 16, f.head_dim)) {
+    const float4 lo = *reinterpret_cast<const float4*>(src + r.column),
+                 hi = *reinterpret_cast<const float4*>(src + r.column + 4);
+    v[0] = {lo.x, lo.y}, v[1] = {lo.z, lo.w}, v[2] = {hi.x, hi.y}, v[3] = {hi.z, hi.w};
+  } else {
+    // This lane's half of the group: its pairs 4 floats apart, starting 2 floats in for the second half.
 #pragma unroll
     for (int m = 0; m < 4; ++m)
-      v[m] = *reinterpret_cast<const float2*>(block + 16 * (r.i % 8) + 4 * m + 2 * (r.i % 16 / 8));
-  } else {
-    const float* src = p.dq_accum + r.index * f.head_dim;
-    if (kOrder == DqAccumOrder::kPlain || !dq_group_interleaved(r.column / 16 * 16, f.head_dim)) {
-      const float4 lo = *reinterpret_cast<const float4*>(src + r.column),
-                   hi = *reinterpret_cast<const float4*>(src + r.column + 4);
-      v[0] = {lo.x, lo.y}, v[1] = {lo.z, lo.w}, v[2] = {hi.x, hi.y}, v[3] = {hi.z, hi.w};
-    } else {
-      // This lane's half of the group: its pairs 4 floats apart, starting 2 floats in for the second half.
-#pragma unroll
-      for (int m = 0; m < 4; ++m)
-        v[m] = *reinterpret_cast<const float2*>(src + r.column / 16 * 16 + r.column % 16 / 4 + 4 * m);
-    }
+      v[m] = *reinterpret_cast<const float2*>(src + r.column / 16 * 16 + r.column % 16 / 4 + 4 * m);
   }
   st_global_v4(dst, pack2<T>(v[0].x * p.scale, v[0].y * p.scale), pack2<T>(v[1].x * p.scale, v[1].y * p.scale),
                pack2<T>(v[2].x * p.scale, v[2].y * p.scale), pack2<T>(v[3].x * p.scale, v[3].y * p.scale));
+}
+
+// A 4 x 4 transpose over the lanes of each quad: lane t's x[j] becomes what lane j held in x[t]. Two rounds;
+// in round m, lanes t and t ^ m swap the two entries whose index differs from their own lane in bit m.
+__device__ __forceinline__ void quad_transpose(uint32_t (&x)[4]) {
+  const int t = threadIdx.x % 4;
+#pragma unroll
+  for (int m = 2; m >= 1; m /= 2) {
+    const bool upper = (t & m) != 0;
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      if (a & m) continue;  // the pair (a, a | m), once
+      uint32_t give = upper ? x[a] : x[a | m];
+      give = __shfl_xor_sync(0xffffffffu, give, m);
+      if (upper)
+        x[a] = give;
+      else
+        x[a | m] = give;
+    }
+  }
+}
+
+// The conversion for the fragment order (dq_accum.hpp): one warp per 16-row band of a head and group of
+// kConvertBlocks 8-column blocks. A band is contiguous and each block in it one 512-byte fragment, so lane
+// 4g + t reads its own four floats of a block (rows g and g + 8, columns 2t and 2t + 1) with one 16-byte load,
+// the warp the whole block. After a transpose over each quad, lane t of quad g holds rows g and g + 8 of block
+// t whole, 8 columns each, for two 16-byte stores; a store instruction writes 64 contiguous bytes of each of 8
+// rows. Read row by row instead (lanes a block apart, 8-byte loads, each 32-byte sector reached four times), the
+// conversion took 98 us at D = 256 where the row orders take 47 for the same bytes (ncu, docs/perf-log.md v15).
+constexpr int kConvertBlocks = 4;  // the quad's four lanes, one block each after the transpose
+
+template <typename T>
+__global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_fragment_kernel(const BwdKernelParams p) {
+  const FwdKernelParams& f = p.fwd;
+  const int blocks = f.head_dim / 8;  // 8-column blocks of a row
+  const int groups = (blocks + kConvertBlocks - 1) / kConvertBlocks;
+  const int64_t bands = dq_accum_fragment_rows(f.seqlen_q) / kDqAccumRowAlign;
+  const int64_t warp = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  if (warp >= static_cast<int64_t>(f.batch) * f.heads_q * bands * groups) return;  // the whole warp
+  const int group = static_cast<int>(warp % groups);
+  const int64_t band_index = warp / groups;  // over (batch, head, band): the bands lie one after the other
+  const int band = static_cast<int>(band_index % bands);
+  const int h = static_cast<int>(band_index / bands % f.heads_q), b = static_cast<int>(band_index / bands / f.heads_q);
+  const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+  const float* band_accum = p.dq_accum + band_index * kDqAccumRowAlign * f.head_dim;
+
+  uint32_t lo[kConvertBlocks], hi[kConvertBlocks];  // rows g and g + 8 of block group * 4 + j, columns 2t, 2t + 1
+#pragma unroll
+  for (int j = 0; j < kConvertBlocks; ++j) {
+    const int block = group * kConvertBlocks + j;
+    float4 v = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (block < blocks) v = *reinterpret_cast<const float4*>(band_accum + block * 128 + 4 * lane);
+    lo[j] = pack2<T>(v.x * p.scale, v.y * p.scale), hi[j] = pack2<T>(v.z * p.scale, v.w * p.scale);
+  }
+  quad_transpose(lo), quad_transpose(hi);  // now block group * 4 + t, columns 2j, 2j + 1
+
+  const int block = group * kConvertBlocks + t, row = band * kDqAccumRowAlign + g;
+  if (block >= blocks) return;
+  T* dst = static_cast<T*>(p.dq) + b * p.dq_stride[0] + h * p.dq_stride[2] + block * 8;
+  if (row < f.seqlen_q) st_global_v4(dst + row * p.dq_stride[1], lo[0], lo[1], lo[2], lo[3]);
+  if (row + 8 < f.seqlen_q) st_global_v4(dst + (row + 8) * p.dq_stride[1], hi[0], hi[1], hi[2], hi[3]);
+}
+
+// dQ from the accumulator in order kOrder, on `stream`, for a call with at least one query row.
+template <typename T, int kHeadDim, DqAccumOrder kOrder>
+void launch_bwd_dq_convert(const BwdKernelParams& p, cudaStream_t stream) {
+  const FwdKernelParams& f = p.fwd;
+  if constexpr (kOrder == DqAccumOrder::kFragment) {
+    const int64_t groups = (f.head_dim / 8 + kConvertBlocks - 1) / kConvertBlocks;
+    const int64_t warps =
+        static_cast<int64_t>(f.batch) * f.heads_q * (dq_accum_fragment_rows(f.seqlen_q) / kDqAccumRowAlign) * groups;
+    const int64_t ctas = (warps * 32 + kRowThreads - 1) / kRowThreads;
+    bwd_dq_convert_fragment_kernel<T><<<static_cast<unsigned>(ctas), kRowThreads, 0, stream>>>(p);
+  } else {
+    const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
+    bwd_dq_convert_rows_kernel<T, kHeadDim, kOrder><<<LaneRow<kHeadDim>::blocks(rows), kRowThreads, 0, stream>>>(p);
+  }
 }
 
 // The step loop of both main kernels. A CTA keeps two tiles (K and V, or Q and dO) and walks steps that each

@@ -75,7 +75,7 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
   const FwdKernelParams& f = p.fwd;
   const bool accumulate_dq = p.dq_accum != nullptr;  // default mode; deterministic mode runs bwd_dq_kernel
   const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-  const unsigned row_blocks = LaneRow<kHeadDim>::blocks(rows);  // of the D and dQ-convert kernels
+  const unsigned row_blocks = LaneRow<kHeadDim>::blocks(rows);  // of the D kernel
   if (accumulate_dq) {
     const int64_t accum_rows =
         static_cast<int64_t>(f.batch) * f.heads_q * dq_accum_rows(f.seqlen_q, DkdvTraits::kDqOrder);
@@ -95,8 +95,7 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
     cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, true, true>)
                               : launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, false, true>);
     if (err != cudaSuccess) return err;
-    if (rows > 0)
-      bwd_dq_convert_kernel<T, kHeadDim, DkdvTraits::kDqOrder><<<row_blocks, kRowThreads, 0, stream>>>(p);
+    if (rows > 0) launch_bwd_dq_convert<T, kHeadDim, DkdvTraits::kDqOrder>(p, stream);
     return cudaGetLastError();
   }
   cudaError_t err = softcap ? launch_dkdv(bwd_dkdv_kernel<DkdvTraits, T, true, false>)

@@ -21,7 +21,7 @@
 //        dQ's part goes to shared memory (swizzled, two buffers) and one thread adds it to the accumulator in
 //        global memory by TMA reduce-add: no atomics on the consumers, one instruction per step;
 //      - dK (times the scale) and dV are stored from registers at the end;
-//   3. sm80::bwd_dq_convert_kernel: dQ = the accumulator times the scale, in the input dtype.
+//   3. sm80::launch_bwd_dq_convert: dQ = the accumulator times the scale, in the input dtype.
 // The deterministic mode runs bwd_kernel without its dQ part (kAccumulateDq = false: then nothing adds into
 // another CTA's output), and the sm80 dQ kernel instead of 3 (one CTA per query block recomputes S and dP), as
 // the sm80 backward does.

@@ -41,7 +41,7 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
     if (cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, rows * f.head_dim * sizeof(float), stream);
         err != cudaSuccess)
       return err;
-  using Rows = sm80::LaneRow<kHeadDim>;  // the prep and conversion kernels' threads
+  using Rows = sm80::LaneRow<kHeadDim>;  // the prep kernel's threads
   bwd_prep_kernel<T, kHeadDim><<<Rows::blocks(padded_rows), sm80::kRowThreads, 0, stream>>>(p);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
@@ -73,8 +73,7 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSmemBytes, stream>>>(prm);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   if (!accumulate_dq) return sm80::launch_bwd_dq<T, kHeadDim>(p, stream);  // reads D at p.delta_head_stride
-  sm80::bwd_dq_convert_kernel<T, kHeadDim, sm80::DqAccumOrder::kPlain>
-      <<<Rows::blocks(rows), sm80::kRowThreads, 0, stream>>>(p);
+  sm80::launch_bwd_dq_convert<T, kHeadDim, sm80::DqAccumOrder::kPlain>(p, stream);
   return cudaGetLastError();
 }
 
