@@ -81,7 +81,7 @@ struct Tensors {
     int device = 0;
     CHECK(cudaGetDevice(&device));
     CHECK(cudaDeviceGetAttribute(&p.smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-    bwd_delta_kernel<T, D><<<LaneRow<D>::blocks(rows), kRowThreads>>>(p);
+    bwd_delta_kernel<T, D><<<LaneRow<D>::blocks(rows), kRowThreads>>>(p, 0);  // D only: run_row zeroes the accumulator
     CHECK(cudaDeviceSynchronize());
   }
   ~Tensors() {

@@ -76,14 +76,11 @@ cudaError_t launch_bwd_with(const BwdKernelParams& params, cudaStream_t stream) 
   const bool accumulate_dq = p.dq_accum != nullptr;  // default mode; deterministic mode runs bwd_dq_kernel
   const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
   const unsigned row_blocks = LaneRow<kHeadDim>::blocks(rows);  // of the D kernel
-  if (accumulate_dq) {
-    const int64_t accum_rows =
-        static_cast<int64_t>(f.batch) * f.heads_q * dq_accum_rows(f.seqlen_q, DkdvTraits::kDqOrder);
-    if (cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, accum_rows * f.head_dim * sizeof(float), stream);
-        err != cudaSuccess)
-      return err;
-  }
-  if (rows > 0) bwd_delta_kernel<T, kHeadDim><<<row_blocks, kRowThreads, 0, stream>>>(p);  // seqlen_q = 0: none
+  // The accumulator's floats, zeroed by the D kernel (a multiple of 4: head dims are multiples of 8).
+  const int64_t accum_floats = accumulate_dq ? static_cast<int64_t>(f.batch) * f.heads_q *
+                                                   dq_accum_rows(f.seqlen_q, DkdvTraits::kDqOrder) * f.head_dim
+                                             : 0;
+  if (rows > 0) bwd_delta_kernel<T, kHeadDim><<<row_blocks, kRowThreads, 0, stream>>>(p, accum_floats);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
   auto launch_dkdv = [&](auto kernel) {
