@@ -2,7 +2,8 @@
 // deterministic mode's dQ kernel is built from the forward's tile pieces (fwd_tile.cuh). Two modes:
 //
 // Default (BackwardParams::deterministic = false), FlashAttention-2's five tile products:
-//   1. bwd_delta_kernel: D = rowsum(dO * O) per query row (fp32), the term every dS needs;
+//   1. bwd_delta_kernel: D = rowsum(dO * O) per query row (fp32), the term every dS needs; it also zeroes the
+//      fp32 dQ accumulator;
 //   2. bwd_dkdv_kernel<kAccumulateDq = true>: one CTA of eight warps per (key block, batch, K/V head); loops
 //      over the group's query heads and the query blocks that see the keys:
 //        S = Q K^T, P = exp(S - LSE), dP = dO V^T, dS = P (dP - D) scale  (P and dS / scale to shared memory),
@@ -98,7 +99,8 @@ __device__ __forceinline__ float row_dot_o_do(const BwdKernelParams& p, const La
 // D for one query row per lane group. In the default mode the same pass zeroes the dQ accumulator
 // (dq_accum_floats floats), a 16-byte store a thread and round, in its place in memory rather than its rows':
 // stores need no wait, so they go out under the loads of O and dO, where a memset before this kernel was a
-// pass of its own (FlashAttention-2 zeroes its accumulator in the same kernel).
+// pass of its own (FlashAttention-2 zeroes its accumulator in the same kernel). Same-call A/B (v22,
+// docs/perf-log.md): the backward +0.2-1.3% at S = 512, even from S = 4096.
 template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kRowThreads) bwd_delta_kernel(const BwdKernelParams p, int64_t dq_accum_floats) {
   if (p.dq_accum != nullptr) {
