@@ -72,6 +72,23 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
     return next;
   };
 
+  // Ring rows with a CTA per block (one CTA alone on its SM): the block that the next wave starts in this CTA's
+  // slot, p.l2_ahead tiles on, would read its Q from HBM at its start, and its first K/V tiles too where no CTA
+  // at work has its head yet; nothing on the SM hides those round trips. Hinted into L2 a block ahead, they are
+  // L2 hits when it starts.
+  auto hint_next_wave = [&](int tile) {
+    const int64_t ahead = static_cast<int64_t>(tile) + p.l2_ahead;
+    if (p.l2_ahead == 0 || ahead >= static_cast<int64_t>(p.m_blocks) * p.batch * p.heads_q) return;
+    const CtaBlock nb = block_of(static_cast<int>(ahead));
+    if (!nb.has_keys()) return;
+    prefetch_warp_rows_l2<Traits>(q_head_of(nb), p.q_stride[1], nb.row0, p.seqlen_q, p.head_dim);
+    const KvWalk<T> w = kv_walk(nb);
+    for (int n = nb.n_first; n <= min(nb.n_first + 1, nb.n_last); ++n) {
+      prefetch_rows_l2<Traits, kBlockN>(w.k_head, p.k_stride[1], n * kBlockN, p.seqlen_k, p.head_dim);
+      prefetch_rows_l2<Traits, kBlockN>(w.v_head, p.v_stride[1], n * kBlockN, p.seqlen_k, p.head_dim);
+    }
+  };
+
   // One query block; `round` counts the CTA's blocks (persistent: the snake's round).
   auto work = [&](int tile, int round) {
     const CtaBlock blk = block_of(tile);
@@ -105,6 +122,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
             prefetch_warp_rows_l2<Traits>(q_head_of(next), p.q_stride[1], next.row0, p.seqlen_q, p.head_dim);
         }
         if (kv.place(blk.n_first) == 0) kv.prologue();
+        if constexpr (!Traits::kPersistent) hint_next_wave(tile);
         kv.wait_q();
       } else {
         if (kVariant & kSequentialQBlocks) __syncthreads();  // sQ is reused by the next query block

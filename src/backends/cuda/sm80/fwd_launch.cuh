@@ -24,7 +24,8 @@ cudaError_t launch_fwd(const FwdKernelParams& p, cudaStream_t stream) {
   const int64_t tiles = static_cast<int64_t>(p.m_blocks) * p.batch * p.heads_q;
   if (tiles > INT32_MAX) return cudaErrorInvalidValue;
   int64_t ctas = (kVariant & kSequentialQBlocks) ? static_cast<int64_t>(p.batch) * p.heads_q : tiles;
-  if constexpr (Traits::kPersistent) {
+  FwdKernelParams ordered = p;  // the persistent walk's order (fwd_tile_order.cuh); a CTA per block: head by head
+  if constexpr (Traits::kKvRing) {
     int device = 0, sms = 0, per_sm = 0;
     if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
     if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
@@ -33,9 +34,13 @@ cudaError_t launch_fwd(const FwdKernelParams& p, cudaStream_t stream) {
                                                                         Traits::kSmemBytes);
         err != cudaSuccess)
       return err;
-    ctas = std::min<int64_t>(tiles, static_cast<int64_t>(sms) * std::max(per_sm, 1));
+    const int64_t resident = static_cast<int64_t>(sms) * std::max(per_sm, 1);
+    if constexpr (Traits::kPersistent) {
+      ctas = std::min<int64_t>(tiles, resident);
+    } else {
+      ordered.l2_ahead = static_cast<int>(std::min<int64_t>(resident, INT32_MAX));  // fwd_kernel.cuh, hint_next_wave
+    }
   }
-  FwdKernelParams ordered = p;  // the persistent walk's order (fwd_tile_order.cuh); a CTA per block: head by head
   ordered.heavy_first =
       Traits::kPersistent && heavy_first_order<Traits::kBlockM, Traits::kBlockN>(p, static_cast<int>(ctas));
   kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSmemBytes, stream>>>(ordered);

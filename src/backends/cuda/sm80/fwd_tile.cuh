@@ -120,6 +120,19 @@ __device__ __forceinline__ void prefetch_warp_rows_l2(const T* head_base, int64_
   }
 }
 
+// The same hint for kRows rows from row0 (a K or V tile), spread over the CTA's threads.
+template <typename Traits, int kRows, typename T>
+__device__ __forceinline__ void prefetch_rows_l2(const T* head_base, int64_t row_stride, int row0, int rows_valid,
+                                                 int cols_valid) {
+  constexpr int kLines = (Traits::kHeadDim * sizeof(T) + 127) / 128;  // per row
+  constexpr int kLineElems = 128 / sizeof(T);
+#pragma unroll
+  for (int i = threadIdx.x; i < kRows * kLines; i += Traits::kThreads) {
+    const int row = row0 + i / kLines, c = i % kLines;
+    if (row < rows_valid && c * kLineElems < cols_valid) prefetch_l2(head_base + row * row_stride + c * kLineElems);
+  }
+}
+
 // acc_s = Q K^T for this warp's rows: sQ (kBlockM x kHeadDim) against one K tile sK (kBlockN x kHeadDim).
 template <typename Traits, typename T>
 __device__ __forceinline__ void tile_scores(const T* sQ, const T* sK,
