@@ -25,9 +25,8 @@ struct FwdKernelParams {
   float scale_over_cap;   // softmax scale / softcap
   int m_blocks;           // query blocks per (batch, head)
   bool heavy_first;       // tiles longest first across heads (fwd_tile_order.cuh); set by the launchers
-  // sm80 ring rows with a CTA per block: the CTA of tile t hints tile t + l2_ahead's Q rows and first two K/V
-  // tiles into L2 (0: no hint); the CTAs the SMs hold at once, so that tile is the one the next wave starts on
-  // this CTA's slot. Set by the launcher.
+  // sm80 rows with kHintNextWave (fwd_config.hpp): the CTAs the SMs hold at once, so that the CTA of tile t hints
+  // tile t + l2_ahead's Q rows and first K/V tiles into L2. Set by the launcher.
   int l2_ahead;
   // The FlashAttention-1 kernel's "HBM" state (bench --ablation only; null for every other kernel):
   // O (batch x heads_q x seqlen_q x padded head dim) and the running max and sum (batch x heads_q x seqlen_q).

@@ -56,16 +56,23 @@ template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNW
 // D=128 eight warps of 256 rows on the ring halve the K/V bytes per FLOP again (v16's ring, two calls: +1-3% at
 // S = 1024-2048, +4-5.5% at S=16k full), but lose at S=512 (-0.4 to -3%) and under a causal mask (-7% at S=2048:
 // the 256-row diagonal). Persistent it lost 8-14% (it spills more), so it keeps a CTA per block.
+// kHintNextWave (optional, default false; ring rows with a CTA per block): each CTA hints into L2 the Q rows and
+// first two K/V tiles of the block the next wave starts in its slot (fwd_kernel.cuh, hint_next_wave). Same-call
+// A/B on the H200 (docs/perf-log.md, v24): the long row +1.6% at S = 1024, +1.2% at 2048, +0.4-0.8% beyond;
+// D = 192's ring row -1.5%, so it does not take it.
 template <int kHeadDim>
 struct FwdConfigHopperLong;
-template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = true, kPersistent = false; };   // 136 KB
+template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = true, kPersistent = false, kHintNextWave = true; };   // 136 KB
 
-// A row's kRelativeMask, false where the row does not name it.
-template <typename Config, typename = void>
-struct RowRelativeMask : std::false_type {};
-template <typename Config>
-struct RowRelativeMask<Config, std::void_t<decltype(Config::kRelativeMask)>>
-    : std::bool_constant<Config::kRelativeMask> {};
+// A row's optional columns (kRelativeMask, kHintNextWave): false where the row does not name them.
+#define FLASHTILE_OPTIONAL_ROW_FLAG(Trait, member)                                       \
+  template <typename Config, typename = void>                                          \
+  struct Trait : std::false_type {};                                                   \
+  template <typename Config>                                                           \
+  struct Trait<Config, std::void_t<decltype(Config::member)>> : std::bool_constant<Config::member> {};
+FLASHTILE_OPTIONAL_ROW_FLAG(RowRelativeMask, kRelativeMask)
+FLASHTILE_OPTIONAL_ROW_FLAG(RowHintNextWave, kHintNextWave)
+#undef FLASHTILE_OPTIONAL_ROW_FLAG
 
 // Everything derived from a row of the table, with the checks that keep a new row honest. Config defaults to
 // the table's row; bench/kernels/ passes others to measure alternatives.
@@ -79,6 +86,7 @@ struct FwdTraits : Config {
   static constexpr int kBlockM = Config::kNWarps * Config::kMSlices * 16;
   static constexpr int kRowStride = kHeadDim + 8;  // padded by 16 bytes: ldmatrix rows land in distinct banks
   static constexpr bool kRelativeMask = RowRelativeMask<Config>::value;
+  static constexpr bool kHintNextWave = RowHintNextWave<Config>::value;
   static constexpr int kSmemBytes = (kBlockM + 2 * Config::kStages * Config::kBlockN) * kRowStride * 2 +
                                     (Config::kKvRing ? kRingBarrierBytes : 0);
   static_assert(kHeadDim % 16 == 0, "the MMA k-step is 16: head dims are padded to a multiple of 16");
@@ -87,6 +95,8 @@ struct FwdTraits : Config {
   static_assert(Config::kStages == 1 || Config::kStages == 2, "K/V are single- or double-buffered");
   static_assert(!Config::kKvRing || Config::kStages == 2, "the ring hands over two buffers of K and of V");
   static_assert(!Config::kPersistent || Config::kKvRing, "a persistent CTA's warps go from block to block on the ring");
+  static_assert(!kHintNextWave || (Config::kKvRing && !Config::kPersistent),
+                "the next wave's block is known only to a ring row's CTA per block (a persistent CTA hints its own next)");
 };
 
 }  // namespace flashtile::cuda::sm80

@@ -72,13 +72,13 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
     return next;
   };
 
-  // Ring rows with a CTA per block (one CTA alone on its SM): the block that the next wave starts in this CTA's
-  // slot, p.l2_ahead tiles on, would read its Q from HBM at its start, and its first K/V tiles too where no CTA
-  // at work has its head yet; nothing on the SM hides those round trips. Hinted into L2 a block ahead, they are
-  // L2 hits when it starts.
+  // kHintNextWave rows (a CTA per block, alone on its SM): the block that the next wave starts in this CTA's
+  // slot, p.l2_ahead tiles on (the CTAs the SMs hold; the hardware hands blocks out in order), would read its Q
+  // from HBM at its start, and its first K/V tiles too where no CTA at work has its head yet; nothing on the SM
+  // hides those round trips. Hinted into L2 a block ahead, they are L2 hits when it starts.
   auto hint_next_wave = [&](int tile) {
     const int64_t ahead = static_cast<int64_t>(tile) + p.l2_ahead;
-    if (p.l2_ahead == 0 || ahead >= static_cast<int64_t>(p.m_blocks) * p.batch * p.heads_q) return;
+    if (ahead >= static_cast<int64_t>(p.m_blocks) * p.batch * p.heads_q) return;
     const CtaBlock nb = block_of(static_cast<int>(ahead));
     if (!nb.has_keys()) return;
     prefetch_warp_rows_l2<Traits>(q_head_of(nb), p.q_stride[1], nb.row0, p.seqlen_q, p.head_dim);
@@ -122,7 +122,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
             prefetch_warp_rows_l2<Traits>(q_head_of(next), p.q_stride[1], next.row0, p.seqlen_q, p.head_dim);
         }
         if (kv.place(blk.n_first) == 0) kv.prologue();
-        if constexpr (!Traits::kPersistent) hint_next_wave(tile);
+        if constexpr (Traits::kHintNextWave) hint_next_wave(tile);
         kv.wait_q();
       } else {
         if (kVariant & kSequentialQBlocks) __syncthreads();  // sQ is reused by the next query block

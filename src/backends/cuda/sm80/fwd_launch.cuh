@@ -25,7 +25,7 @@ cudaError_t launch_fwd(const FwdKernelParams& p, cudaStream_t stream) {
   if (tiles > INT32_MAX) return cudaErrorInvalidValue;
   int64_t ctas = (kVariant & kSequentialQBlocks) ? static_cast<int64_t>(p.batch) * p.heads_q : tiles;
   FwdKernelParams ordered = p;  // the persistent walk's order (fwd_tile_order.cuh); a CTA per block: head by head
-  if constexpr (Traits::kKvRing) {
+  if constexpr (Traits::kPersistent || Traits::kHintNextWave) {
     int device = 0, sms = 0, per_sm = 0;
     if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
     if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
@@ -38,7 +38,7 @@ cudaError_t launch_fwd(const FwdKernelParams& p, cudaStream_t stream) {
     if constexpr (Traits::kPersistent) {
       ctas = std::min<int64_t>(tiles, resident);
     } else {
-      ordered.l2_ahead = static_cast<int>(std::min<int64_t>(resident, INT32_MAX));  // fwd_kernel.cuh, hint_next_wave
+      ordered.l2_ahead = static_cast<int>(resident);  // fwd_kernel.cuh, hint_next_wave
     }
   }
   ordered.heavy_first =
