@@ -31,10 +31,12 @@ struct Row {
   static constexpr int kBlockN = kBlockN_, kNWarps = kNWarps_, kMSlices = kMSlices_, kStages = kStages_;
   static constexpr bool kSkipRescale = kSkipRescale_, kKvRing = kKvRing_, kPersistent = kPersistent_;
 };
-// A row of the library's table with its kPersistent field set.
+// A row of the library's table with its kPersistent field set (a persistent CTA hints its own next block, so the
+// row's kHintNextWave is kept only for a CTA per block).
 template <typename Config, bool kPersistent_>
 struct WithPersistent : Config {
   static constexpr bool kPersistent = kPersistent_;
+  static constexpr bool kHintNextWave = !kPersistent_ && RowHintNextWave<Config>::value;
 };
 
 template <int D, typename Config>
