@@ -60,11 +60,18 @@ template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNW
 // first two K/V tiles of the block the next wave starts in its slot (fwd_kernel.cuh, hint_next_wave). Same-call
 // A/B on the H200 (docs/perf-log.md, v24): the long row +1.6% at S = 1024, +1.2% at 2048, +0.4-0.8% beyond;
 // D = 192's ring row -1.5%, so it does not take it.
+// kAllTilesVisible (optional, default false; ring rows): a warp computes every tile of its block, without the
+// test for tiles hidden from all its rows (fwd_kernel.cuh). Correct for any call (a hidden tile's probabilities
+// are 0; a warp past the last query computes on Q's zero rows and stores nothing), and this table's rows, taken
+// only by calls with no mask, have no hidden tile: the test's three branches a tile only split the loop's code,
+// and ptxas drains the MMAs before each branch. With kSkipRescale off too (its vote a tile is a fourth branch), the
+// sm_90a SASS of the unmasked tile issues the O rescale and some exp2s between P V's MMAs: 1073 -> 1038
+// instructions, fixed stall cycles 3112 -> 2803, spill loads in the loop 4 -> 0. Not timed yet.
 template <int kHeadDim>
 struct FwdConfigHopperLong;
-template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = true, kPersistent = false, kHintNextWave = true; };   // 136 KB
+template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = false, kHintNextWave = true, kAllTilesVisible = true; };   // 136 KB
 
-// A row's optional columns (kRelativeMask, kHintNextWave): false where the row does not name them.
+// A row's optional columns (kRelativeMask, kHintNextWave, kAllTilesVisible): false where the row does not name them.
 #define FLASHTILE_OPTIONAL_ROW_FLAG(Trait, member)                                       \
   template <typename Config, typename = void>                                          \
   struct Trait : std::false_type {};                                                   \
@@ -72,6 +79,7 @@ template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64,
   struct Trait<Config, std::void_t<decltype(Config::member)>> : std::bool_constant<Config::member> {};
 FLASHTILE_OPTIONAL_ROW_FLAG(RowRelativeMask, kRelativeMask)
 FLASHTILE_OPTIONAL_ROW_FLAG(RowHintNextWave, kHintNextWave)
+FLASHTILE_OPTIONAL_ROW_FLAG(RowAllTilesVisible, kAllTilesVisible)
 #undef FLASHTILE_OPTIONAL_ROW_FLAG
 
 // Everything derived from a row of the table, with the checks that keep a new row honest. Config defaults to
@@ -87,6 +95,7 @@ struct FwdTraits : Config {
   static constexpr int kRowStride = kHeadDim + 8;  // padded by 16 bytes: ldmatrix rows land in distinct banks
   static constexpr bool kRelativeMask = RowRelativeMask<Config>::value;
   static constexpr bool kHintNextWave = RowHintNextWave<Config>::value;
+  static constexpr bool kAllTilesVisible = RowAllTilesVisible<Config>::value;
   static constexpr int kSmemBytes = (kBlockM + 2 * Config::kStages * Config::kBlockN) * kRowStride * 2 +
                                     (Config::kKvRing ? kRingBarrierBytes : 0);
   static_assert(kHeadDim % 16 == 0, "the MMA k-step is 16: head dims are padded to a multiple of 16");
@@ -97,6 +106,7 @@ struct FwdTraits : Config {
   static_assert(!Config::kPersistent || Config::kKvRing, "a persistent CTA's warps go from block to block on the ring");
   static_assert(!kHintNextWave || (Config::kKvRing && !Config::kPersistent),
                 "the next wave's block is known only to a ring row's CTA per block (a persistent CTA hints its own next)");
+  static_assert(!kAllTilesVisible || Config::kKvRing, "only the ring lets a warp skip a tile on its own");
 };
 
 }  // namespace flashtile::cuda::sm80

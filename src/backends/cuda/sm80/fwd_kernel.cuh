@@ -137,7 +137,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
       // nothing for them (p = 0, the max stays): with the ring the warp only takes part in the loads and
       // hand-overs, and the time it saves goes to the others. (Behind CTA barriers the warp would wait for the
       // others at the next barrier anyway, and the branch made D = 64's row spill 470 bytes instead of 100.)
-      const bool visible = !Traits::kKvRing || !tile_hidden<Traits>(p, warp_first, warp_last, col0);
+      // (kAllTilesVisible rows compute them all: fwd_config.hpp.)
+      const bool visible =
+          !Traits::kKvRing || Traits::kAllTilesVisible || !tile_hidden<Traits>(p, warp_first, warp_last, col0);
       // One tile, compiled twice: with the mask for the tiles at the mask's edges (for this warp's rows), without
       // it for the rest.
       auto tile_step = [&](auto masked) {
