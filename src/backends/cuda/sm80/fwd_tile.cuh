@@ -30,8 +30,45 @@ __device__ __forceinline__ void load_rows_async_by(unsigned loader, T* smem, con
   constexpr int kTotal = kRows * kChunks;
   static_assert(!kSwizzle || (kChunks % 8 == 0 && Traits::kRowStride == Traits::kHeadDim),
                 "the swizzled layout permutes whole 128-byte lines of unpadded rows");
-  if constexpr (kLoaders % kChunks == 0 && kRows % (kLoaders / kChunks) == 0 &&
-                (!kSwizzle || (kLoaders / kChunks) % 8 == 0)) {
+  if constexpr (kSwizzle && kChunks >= 24 && kLoaders % 8 == 0 && kRows % (kLoaders / 8) == 0 &&
+                (kLoaders / 8) % 8 == 0) {
+    // Swizzled rows of three or more 128-byte lines (D = 192, 256; only the backward's dK/dV kernel copies
+    // swizzled rows): eight loaders a line, each taking its chunk q of every line of its row. The swizzle permutes
+    // chunks inside a line only (chunk 8 l + q of row r sits at 8 l + (q ^ r % 8)), so a loader's copies of one
+    // row are 128 bytes apart in both memories: one global and one shared address a row, the lines at immediate
+    // offsets. A warp's copy still reads whole 128-byte lines (four rows, one line each) into four aligned shared
+    // lines. The row-a-pass form below takes an address (two 64-bit adds) and a select (two SELs) per copy, and
+    // at D = 192 (no whole rows per pass) the per-copy division form: static SASS (sm_90a, bf16) of the
+    // backward's unmasked step, 1099 -> 1021 instructions a warp at D = 256 (spills 4 -> 0 bytes), 946 -> 813 at
+    // D = 192; not timed. D = 128 keeps the row-a-pass form: this one cut its step by 15 instructions but put
+    // spills in its loop (4 -> 12 bytes). Where every chunk of the block is real (uniform: every step
+    // but a head's last, at the kernel's own head dim) the copies take no predicate or select. Otherwise rows
+    // past rows_valid read from head_base's row, and a chunk past cols_valid keeps its row's address, never
+    // read (src-size 0: the source is ignored).
+    constexpr int kLines = kChunks / 8, kRowsPerPass = kLoaders / 8;
+    const int r = loader / 8, q = loader % 8;
+    const T* src = head_base + (row0 + r) * row_stride + q * 8;
+    const int64_t src_step = kRowsPerPass * row_stride;
+    T* dst = smem + r * Traits::kRowStride + (q ^ (r & 7)) * 8;
+    if (row0 + kRows <= rows_valid && cols_valid >= Traits::kHeadDim) {  // uniform: every chunk is real
+#pragma unroll
+      for (int j = 0; j < kRows / kRowsPerPass; ++j, src += src_step)
+#pragma unroll
+        for (int l = 0; l < kLines; ++l)
+          cp_async_16(dst + j * kRowsPerPass * Traits::kRowStride + l * 64, src + l * 64, 16);
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < kRows / kRowsPerPass; ++j, src += src_step) {
+      const bool row_valid = row0 + r + j * kRowsPerPass < rows_valid;
+      const T* row_src = row_valid ? src : head_base + q * 8;
+#pragma unroll
+      for (int l = 0; l < kLines; ++l)
+        cp_async_16(dst + j * kRowsPerPass * Traits::kRowStride + l * 64, row_src + l * 64,
+                    row_valid && l * 64 + q * 8 < cols_valid ? 16 : 0);
+    }
+  } else if constexpr (kLoaders % kChunks == 0 && kRows % (kLoaders / kChunks) == 0 &&
+                       (!kSwizzle || (kLoaders / kChunks) % 8 == 0)) {
     // One pass of the loaders covers kRowsPerPass whole rows, so each thread keeps its column and steps down
     // (and, swizzled, its row's r % 8: passes of a multiple of 8 rows).
     constexpr int kRowsPerPass = kLoaders / kChunks;
