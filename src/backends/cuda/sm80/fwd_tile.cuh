@@ -42,9 +42,9 @@ __device__ __forceinline__ void load_rows_async_by(unsigned loader, T* smem, con
     // backward's unmasked step, 1099 -> 1021 instructions a warp at D = 256 (spills 4 -> 0 bytes), 946 -> 813 at
     // D = 192; not timed. D = 128 keeps the row-a-pass form: this one cut its step by 15 instructions but put
     // spills in its loop (4 -> 12 bytes). Where every chunk of the block is real (uniform: every step
-    // but a head's last, at the kernel's own head dim) the copies take no predicate or select. Otherwise rows
-    // past rows_valid read from head_base's row, and a chunk past cols_valid keeps its row's address, never
-    // read (src-size 0: the source is ignored).
+    // but a head's last, at the kernel's own head dim) the copies take no predicate or select. Otherwise a copy
+    // past rows_valid or cols_valid reads nothing (src-size 0) from an address inside the tensor (its row's
+    // first chunk, or head_base's row).
     constexpr int kLines = kChunks / 8, kRowsPerPass = kLoaders / 8;
     const int r = loader / 8, q = loader % 8;
     const T* src = head_base + (row0 + r) * row_stride + q * 8;
@@ -63,9 +63,11 @@ __device__ __forceinline__ void load_rows_async_by(unsigned loader, T* smem, con
       const bool row_valid = row0 + r + j * kRowsPerPass < rows_valid;
       const T* row_src = row_valid ? src : head_base + q * 8;
 #pragma unroll
-      for (int l = 0; l < kLines; ++l)
-        cp_async_16(dst + j * kRowsPerPass * Traits::kRowStride + l * 64, row_src + l * 64,
-                    row_valid && l * 64 + q * 8 < cols_valid ? 16 : 0);
+      for (int l = 0; l < kLines; ++l) {
+        const bool valid = row_valid && l * 64 + q * 8 < cols_valid;
+        cp_async_16(dst + j * kRowsPerPass * Traits::kRowStride + l * 64, valid ? row_src + l * 64 : row_src,
+                    valid ? 16 : 0);
+      }
     }
   } else if constexpr (kLoaders % kChunks == 0 && kRows % (kLoaders / kChunks) == 0 &&
                        (!kSwizzle || (kLoaders / kChunks) % 8 == 0)) {
