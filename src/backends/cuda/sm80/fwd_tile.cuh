@@ -30,21 +30,21 @@ __device__ __forceinline__ void load_rows_async_by(unsigned loader, T* smem, con
   constexpr int kTotal = kRows * kChunks;
   static_assert(!kSwizzle || (kChunks % 8 == 0 && Traits::kRowStride == Traits::kHeadDim),
                 "the swizzled layout permutes whole 128-byte lines of unpadded rows");
-  if constexpr (kSwizzle && kChunks >= 24 && kLoaders % 8 == 0 && kRows % (kLoaders / 8) == 0 &&
+  if constexpr (kSwizzle && kChunks == 24 && kLoaders % 8 == 0 && kRows % (kLoaders / 8) == 0 &&
                 (kLoaders / 8) % 8 == 0) {
-    // Swizzled rows of three or more 128-byte lines (D = 192, 256; only the backward's dK/dV kernel copies
-    // swizzled rows): eight loaders a line, each taking its chunk q of every line of its row. The swizzle permutes
-    // chunks inside a line only (chunk 8 l + q of row r sits at 8 l + (q ^ r % 8)), so a loader's copies of one
-    // row are 128 bytes apart in both memories: one global and one shared address a row, the lines at immediate
-    // offsets. A warp's copy still reads whole 128-byte lines (four rows, one line each) into four aligned shared
-    // lines. The row-a-pass form below takes an address (two 64-bit adds) and a select (two SELs) per copy, and
-    // at D = 192 (no whole rows per pass) the per-copy division form: static SASS (sm_90a, bf16) of the
-    // backward's unmasked step, 1099 -> 1021 instructions a warp at D = 256 (spills 4 -> 0 bytes), 946 -> 813 at
-    // D = 192; not timed. D = 128 keeps the row-a-pass form: this one cut its step by 15 instructions but put
-    // spills in its loop (4 -> 12 bytes). Where every chunk of the block is real (uniform: every step
-    // but a head's last, at the kernel's own head dim) the copies take no predicate or select. Otherwise a copy
-    // past rows_valid or cols_valid reads nothing (src-size 0) from an address inside the tensor (its row's
-    // first chunk, or head_base's row).
+    // Swizzled rows of three 128-byte lines (D = 192; only the backward's dK/dV kernel copies swizzled rows):
+    // eight loaders a line, each taking its chunk q of every line of its row. The swizzle permutes chunks inside a
+    // line only (chunk 8 l + q of row r sits at 8 l + (q ^ r % 8)), so a loader's copies of one row are 128 bytes
+    // apart in both memories: one global and one shared address a row, the lines at immediate offsets. A warp's
+    // copy still reads whole 128-byte lines (four rows, one line each) into four aligned shared lines. The forms
+    // below take an address and a select per copy, and at D = 192 (no whole rows per pass) a division: static
+    // SASS (sm_90a, bf16) of the backward's unmasked step 946 -> 813 instructions a warp, and the backward +3.7-4.7%
+    // (same-call A/B, docs/perf-log.md, backward v23). D = 256 measured -2.3 to -3.0% with it (1099 -> 1021
+    // instructions, spills 4 -> 0 bytes; not understood), and D = 128 spilled 12 bytes in its loop, so both keep
+    // the row-a-pass form. Where every chunk of the block is real (uniform: every step but a head's last, at the
+    // kernel's own head dim) the copies take no predicate or select. Otherwise a copy past rows_valid or
+    // cols_valid reads nothing (src-size 0) from an address inside the tensor (its row's first chunk, or
+    // head_base's row).
     constexpr int kLines = kChunks / 8, kRowsPerPass = kLoaders / 8;
     const int r = loader / 8, q = loader % 8;
     const T* src = head_base + (row0 + r) * row_stride + q * 8;
