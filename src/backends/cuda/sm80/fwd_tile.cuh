@@ -30,8 +30,47 @@ __device__ __forceinline__ void load_rows_async_by(unsigned loader, T* smem, con
   constexpr int kTotal = kRows * kChunks;
   static_assert(!kSwizzle || (kChunks % 8 == 0 && Traits::kRowStride == Traits::kHeadDim),
                 "the swizzled layout permutes whole 128-byte lines of unpadded rows");
-  if constexpr (kLoaders % kChunks == 0 && kRows % (kLoaders / kChunks) == 0 &&
-                (!kSwizzle || (kLoaders / kChunks) % 8 == 0)) {
+  if constexpr (kSwizzle && kChunks == 24 && kLoaders % 8 == 0 && kRows % (kLoaders / 8) == 0 &&
+                (kLoaders / 8) % 8 == 0) {
+    // Swizzled rows of three 128-byte lines (D = 192; only the backward's dK/dV kernel copies swizzled rows):
+    // eight loaders a line, each taking its chunk q of every line of its row. The swizzle permutes chunks inside a
+    // line only (chunk 8 l + q of row r sits at 8 l + (q ^ r % 8)), so a loader's copies of one row are 128 bytes
+    // apart in both memories: one global and one shared address a row, the lines at immediate offsets. A warp's
+    // copy still reads whole 128-byte lines (four rows, one line each) into four aligned shared lines. The forms
+    // below take an address and a select per copy, and at D = 192 (no whole rows per pass) a division: static
+    // SASS (sm_90a, bf16) of the backward's unmasked step 946 -> 813 instructions a warp, and the backward +3.7-4.7%
+    // (same-call A/B, docs/perf-log.md, backward v23). D = 256 measured -2.3 to -3.0% with it (1099 -> 1021
+    // instructions, spills 4 -> 0 bytes; not understood), and D = 128 spilled 12 bytes in its loop, so both keep
+    // the row-a-pass form. Where every chunk of the block is real (uniform: every step but a head's last, at the
+    // kernel's own head dim) the copies take no predicate or select. Otherwise a copy past rows_valid or
+    // cols_valid reads nothing (src-size 0) from an address inside the tensor (its row's first chunk, or
+    // head_base's row).
+    constexpr int kLines = kChunks / 8, kRowsPerPass = kLoaders / 8;
+    const int r = loader / 8, q = loader % 8;
+    const T* src = head_base + (row0 + r) * row_stride + q * 8;
+    const int64_t src_step = kRowsPerPass * row_stride;
+    T* dst = smem + r * Traits::kRowStride + (q ^ (r & 7)) * 8;
+    if (row0 + kRows <= rows_valid && cols_valid >= Traits::kHeadDim) {  // uniform: every chunk is real
+#pragma unroll
+      for (int j = 0; j < kRows / kRowsPerPass; ++j, src += src_step)
+#pragma unroll
+        for (int l = 0; l < kLines; ++l)
+          cp_async_16(dst + j * kRowsPerPass * Traits::kRowStride + l * 64, src + l * 64, 16);
+      return;
+    }
+#pragma unroll
+    for (int j = 0; j < kRows / kRowsPerPass; ++j, src += src_step) {
+      const bool row_valid = row0 + r + j * kRowsPerPass < rows_valid;
+      const T* row_src = row_valid ? src : head_base + q * 8;
+#pragma unroll
+      for (int l = 0; l < kLines; ++l) {
+        const bool valid = row_valid && l * 64 + q * 8 < cols_valid;
+        cp_async_16(dst + j * kRowsPerPass * Traits::kRowStride + l * 64, valid ? row_src + l * 64 : row_src,
+                    valid ? 16 : 0);
+      }
+    }
+  } else if constexpr (kLoaders % kChunks == 0 && kRows % (kLoaders / kChunks) == 0 &&
+                       (!kSwizzle || (kLoaders / kChunks) % 8 == 0)) {
     // One pass of the loaders covers kRowsPerPass whole rows, so each thread keeps its column and steps down
     // (and, swizzled, its row's r % 8: passes of a multiple of 8 rows).
     constexpr int kRowsPerPass = kLoaders / kChunks;
