@@ -67,7 +67,8 @@ template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNW
 // and ptxas drains the MMAs before each branch. With kSkipRescale off too (its vote a tile is a fourth branch), the
 // sm_90a SASS of the unmasked tile issues the O rescale and some exp2s between P V's MMAs: 1073 -> 1038
 // instructions, fixed stall cycles 3112 -> 2803, spill loads in the loop 4 -> 0. Same-call A/B (docs/perf-log.md,
-// v25): +0.3% at S = 1024, -0.2% at 2048, +1.5-2.2% at 4096 and 16k; with a softcap (spills 196 -> 28 bytes) +8%.
+// v25, over v24): +0.3% at S = 1024, +0.4% at 2048, +2.2% at 4096, +1.0% at 16k; with a softcap (spills 196 -> 28
+// bytes) +8% at S = 1024.
 template <int kHeadDim>
 struct FwdConfigHopperLong;
 template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = false, kHintNextWave = true, kAllTilesVisible = true; };   // 136 KB
