@@ -58,8 +58,9 @@ template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNW
 // the 256-row diagonal). Persistent it lost 8-14% (it spills more), so it keeps a CTA per block.
 // kHintNextWave (optional, default false; ring rows with a CTA per block): each CTA hints into L2 the Q rows and
 // first two K/V tiles of the block the next wave starts in its slot (fwd_kernel.cuh, hint_next_wave). Same-call
-// A/B on the H200 (docs/perf-log.md, v24): the long row +1.6% at S = 1024, +1.2% at 2048, +0.4-0.8% beyond;
-// D = 192's ring row -1.5%, so it does not take it.
+// A/B on the H200 (docs/perf-log.md, v24), two calls: the long row +1.6 / +0.4% at S = 1024, +1.2 / -0.6% at
+// 2048, +0.4 / -0.3% at 4096, +0.8 / +0.5% at 16k (within the calls' spread, not a clear gain); D = 192's ring
+// row -1.5% in the first, so it does not take it.
 // kAllTilesVisible (optional, default false; ring rows): a warp computes every tile of its block, without the
 // test for tiles hidden from all its rows (fwd_kernel.cuh). Correct for any call (a hidden tile's probabilities
 // are 0; a warp past the last query computes on Q's zero rows and stores nothing), and this table's rows, taken
