@@ -249,6 +249,7 @@ class CudaBackwardSm90 : public CudaBackward {
 // Auto takes the sm90 backward (every head dim up to 256, either mode) unless FLASHTILE_CUDA_BACKWARD_KERNELS=sm80;
 // another value of the variable is refused.
 TEST_F(CudaBackwardSm90, AutoTakesItWhereItCovers) {
+  ScopedEnv unset("FLASHTILE_CUDA_BACKWARD_KERNELS", nullptr);  // auto's own choice, whatever the caller's shell sets
   Backend chosen = Backend::kAuto;
   ASSERT_TRUE(select(make_problem(1, 64, 64, 2, 2, 128, DType::kBFloat16), Backend::kAuto, &chosen).ok());
   EXPECT_EQ(chosen, Backend::kCudaSm90);
