@@ -37,6 +37,13 @@
 // fragment order +1-2% at D = 64, +5-7% at D = 96 and 192, +3.6-4.3% at D = 256, -0.7 to -2.7% at D = 128 with
 // its reductions after dK's product (under dK it wins, above); the small rows keep the pair-interleaved order
 // (not timed).
+// kPredicatedStats: each step's LSE and D copies written as one predicated cp.async a thread (cp_async_4_if)
+// instead of an if / else if. Tried for a branch the D = 256 profile found (ncu, S = 16384: 2% of the stall
+// samples, long scoreboard, on the branch after the step's 16-byte copies, which waits until they have read their
+// address registers); but in the sm_90a SASS ptxas still branches around the copy, so that wait is not what
+// changed. At D = 128 the default kernel's 4 bytes of spills went to 0 and its backward measured +0.8-1.9% in two
+// same-call A/B runs (v28, docs/perf-log.md; not profiled); D = 64 even (-0.4 to +0.1%), D = 96 -0.8 to -1.0%,
+// D = 256 -3% (the selects made ptxas spill 72 bytes in its loop, 4 before); D = 192 not timed. True at D = 128.
 //
 // The deterministic mode's dQ kernel (BwdDqTiles): one CTA per 64 query rows, four warps of 16 rows, steps of
 // 64 keys, the forward's tile pieces. Above a head dim of 128 each CTA accumulates half the columns
@@ -53,11 +60,11 @@ enum class DqReductionSlot { kBeforeDk, kAfterDk, kUnderDk };
 template <int kHeadDim>
 struct BwdDkdvConfig;
 //                          kHeadDim        kBlockN       kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                                   kOneBarrier                                kDqAt                                                     kDqOrder                                          smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 133 / 166 KB
-template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 113 / 139 KB
-template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kUnderDk;  static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 130 / 163 KB
-template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 115 / 163 KB
-template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kUnderDk;  static constexpr auto kDqOrder = DqAccumOrder::kFragment;         };  // 147 / 211 KB
+template <> struct BwdDkdvConfig<64>  { static constexpr int kBlockN = 128, kBlockM = 128, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         static constexpr bool kPredicatedStats = false; };  // 133 / 166 KB
+template <> struct BwdDkdvConfig<96>  { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         static constexpr bool kPredicatedStats = false; };  // 113 / 139 KB
+template <> struct BwdDkdvConfig<128> { static constexpr int kBlockN = 128, kBlockM = 64, kSdpWarpsM = 2, kKvWarpsN = 4, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kUnderDk;  static constexpr auto kDqOrder = DqAccumOrder::kFragment;         static constexpr bool kPredicatedStats = true ; };  // 130 / 163 KB
+template <> struct BwdDkdvConfig<192> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kFragment;         static constexpr bool kPredicatedStats = false; };  // 115 / 163 KB
+template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = true ; static constexpr auto kDqAt = DqReductionSlot::kUnderDk;  static constexpr auto kDqOrder = DqAccumOrder::kFragment;         static constexpr bool kPredicatedStats = false; };  // 147 / 211 KB
 
 // Rows for GPUs whose blocks cannot have the row above with one step buffer: consumer Ampere and Ada offer 99 KB
 // per block. 64 keys per CTA, S and dP on 16 x 32 warp tiles. Head dims 192 and 256 have none: no row of this
@@ -65,9 +72,9 @@ template <> struct BwdDkdvConfig<256> { static constexpr int kBlockN = 64,  kBlo
 template <int kHeadDim>
 struct BwdDkdvConfigSmall;
 //                               kHeadDim       kBlockN      kBlockM     kSdpWarpsM     kKvWarpsN     kDqWarpsM                                                   kOneBarrier                                kDqAt                                                     kDqOrder                                          smem, 1 / 2 step buffers (bf16)
-template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; };  // 51 / 67 KB
-template <> struct BwdDkdvConfigSmall<96>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; };  // 71 / 97 KB
-template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; };  // 83 / 115 KB
+template <> struct BwdDkdvConfigSmall<64>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; static constexpr bool kPredicatedStats = false; };  // 51 / 67 KB
+template <> struct BwdDkdvConfigSmall<96>  { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 4, kDqWarpsM = 4; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; static constexpr bool kPredicatedStats = false; };  // 71 / 97 KB
+template <> struct BwdDkdvConfigSmall<128> { static constexpr int kBlockN = 64, kBlockM = 64, kSdpWarpsM = 4, kKvWarpsN = 2, kDqWarpsM = 2; static constexpr bool kOneBarrier = false; static constexpr auto kDqAt = DqReductionSlot::kBeforeDk; static constexpr auto kDqOrder = DqAccumOrder::kPairInterleaved; static constexpr bool kPredicatedStats = false; };  // 83 / 115 KB
 template <int kHeadDim>
 inline constexpr bool kHasBwdDkdvConfigSmall = kHeadDim <= 128;
 

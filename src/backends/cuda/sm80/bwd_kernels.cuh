@@ -379,17 +379,25 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     load_rows_async<Traits, kM, kSwz>(sDO + buffer * kTile, do_head, p.dout_stride[1], row0, f.seqlen_q,
                                       f.head_dim);
     // Threads [0, kM) copy the rows' LSE, [kM, 2 kM) their D. Rows past the sequence end get LSE = D = 0:
-    // their Q and dO rows are zeros, so P is 1 there but dV, dK and dS gain nothing from them.
+    // their Q and dO rows are zeros, so P is 1 there but dV, dK and dS gain nothing from them. The rows with
+    // kPredicatedStats (bwd_config.hpp) write the two copies as one predicated copy a thread.
     const int r = threadIdx.x % kM, row = row0 + r;
     const bool real = row < f.seqlen_q;
-    if (threadIdx.x < kM)
-      cp_async_4(sLse + buffer * kM + r,
-                 f.lse + b * f.lse_stride[0] + h * f.lse_stride[1] + (real ? row * f.lse_stride[2] : 0),
-                 real ? 4 : 0);
-    else if (threadIdx.x < 2 * kM)
-      cp_async_4(sDelta + buffer * kM + r,
-                 p.delta + (static_cast<int64_t>(b) * f.heads_q + h) * p.delta_head_stride + (real ? row : 0),
-                 real ? 4 : 0);
+    auto lse_src = [&] {
+      return f.lse + b * f.lse_stride[0] + h * f.lse_stride[1] + (real ? row * f.lse_stride[2] : 0);
+    };
+    auto delta_src = [&] {
+      return p.delta + (static_cast<int64_t>(b) * f.heads_q + h) * p.delta_head_stride + (real ? row : 0);
+    };
+    if constexpr (Traits::kPredicatedStats) {
+      const bool lse_thread = threadIdx.x < kM;
+      cp_async_4_if(threadIdx.x < 2 * kM, (lse_thread ? sLse : sDelta) + buffer * kM + r,
+                    lse_thread ? lse_src() : delta_src(), real ? 4 : 0);
+    } else if (threadIdx.x < kM) {
+      cp_async_4(sLse + buffer * kM + r, lse_src(), real ? 4 : 0);
+    } else if (threadIdx.x < 2 * kM) {
+      cp_async_4(sDelta + buffer * kM + r, delta_src(), real ? 4 : 0);
+    }
     cp_async_commit();
   };
 

@@ -24,6 +24,13 @@ __device__ __forceinline__ void cp_async_4(void* smem, const void* gmem, int src
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_address(smem)), "l"(gmem),
                "r"(src_bytes));
 }
+// The same, issued only where `issue` holds (a predicate in the PTX; ptxas may still branch around the copy).
+__device__ __forceinline__ void cp_async_4_if(bool issue, void* smem, const void* gmem, int src_bytes) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %3, 0;\n @p cp.async.ca.shared.global [%0], [%1], 4, %2;\n}\n" ::"r"(
+          smem_address(smem)),
+      "l"(gmem), "r"(src_bytes), "r"(static_cast<int>(issue)));
+}
 // A hint that brings the 128-byte line holding `gmem` into L2 (no register, no wait).
 __device__ __forceinline__ void prefetch_l2(const void* gmem) {
   asm volatile("prefetch.global.L2 [%0];\n" ::"l"(gmem));
