@@ -18,9 +18,10 @@
 #   wgmma: bench/kernels/sm90_fwd_wgmma (the Hopper forward's harness);
 #   install: pip install of the wheel WHEEL=1 scripts/device_prepare.sh built, import, the Python suite on it;
 #   python: the Python suite (torch, torch.compile, transformers) on this build's library;
-#   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem;
-#   profilebwd: the same for the backward (flashtile's sm80 dK/dV kernel in the default mode, FA2's main kernel),
-#     with each kernel's SASS and its stall samples; PROFILE_SHAPES="D:S:mask ..." picks grid A shapes;
+#   profile: Nsight Compute on flashtile's sm80 forward and on PyTorch's flash forward (FA2), same problem, with
+#     each kernel's SASS and its stall samples (PROFILE_SHAPES as profilebwd);
+#   profilebwd: the same for the backward (flashtile's sm80 dK/dV kernel in the default mode, FA2's main kernel);
+#     PROFILE_SHAPES="D:S:mask ..." picks grid A shapes;
 #   bwdparts: each kernel's time in one sm80 backward beside FA2's kernels (ncu; PROFILE_SHAPES as profilebwd);
 #   profilebwd90: Nsight Compute on the sm90 backward's main kernel (with its SASS source counters) and on cuDNN's
 #     backward kernels, B=8 H=16 S=2048 D=128 full;
@@ -132,27 +133,6 @@ if want ablation; then
   timeout 120 $bin bench --ablation --out "$out/flashtile-ablation.jsonl" 2>/dev/null | tail -18 || status=1
 fi
 
-if want profile; then  # B=PROFILE_B (4) H=PROFILE_H (16) S=PROFILE_S (4096) D=PROFILE_D (128) bf16, PROFILE_MASK
-  # (full or causal): both kernels' second launch, all sections
-  pb=${PROFILE_B:-4} ph=${PROFILE_H:-16} ps=${PROFILE_S:-4096} pd=${PROFILE_D:-128} pm=${PROFILE_MASK:-full}
-  mask_flag=--no-causal causal_py=False
-  [ "$pm" = causal ] && mask_flag=--causal causal_py=True
-  tag="d$pd-s$ps-$pm"
-  echo "== ncu: flashtile sm80 forward and PyTorch flash (FA2) forward, B=$pb H=$ph S=$ps D=$pd $pm"
-  ncu_args=(--set full --print-details all --launch-skip 1 --launch-count 1)
-  timeout 200 ncu "${ncu_args[@]}" -k regex:fwd_kernel $bin run -b $pb --heads $ph -s $ps --head-dim $pd $mask_flag \
-    -r 2 --verify-rows 2 --backend cuda-sm80 > "$out/ncu-fwd-flashtile-$tag.txt" 2>&1 || status=1
-  timeout 200 ncu "${ncu_args[@]}" -k regex:flash_fwd python3 -c "
-import torch
-from torch.nn.attention import sdpa_kernel, SDPBackend
-q, k, v = (torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16) for _ in range(3))
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # three tensors, as flashtile run has: one would cut DRAM traffic
-    for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=$causal_py)
-torch.cuda.synchronize()" > "$out/ncu-fwd-fa2-$tag.txt" 2>&1 || status=1
-  grep -E "Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Executed Instructions  |Waves Per SM|DRAM Throughput" \
-    "$out/ncu-fwd-flashtile-$tag.txt" "$out/ncu-fwd-fa2-$tag.txt"
-fi
-
 # A grid A shape "D:S:mask" (B = 16384 / S, H = 2048 / D): sets pd ps pm pb ph, the tool's mask flag
 # (causal_flag) and PyTorch's (causal_py).
 grid_a_shape() {
@@ -172,6 +152,43 @@ with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
 torch.cuda.synchronize()"
 }
 
+# An ncu report pair ($out/{ft,fa2}-<tag>.ncu-rep) -> ncu-<kind>-{flashtile,fa2}-<tag>.txt (every section) and
+# ...-sass.csv.xz (the SASS with its source counters), and the headline lines printed.
+ncu_to_text() {  # <kind: fwd or bwd> <tag>
+  for who in ft fa2; do
+    [ -f "$out/$who-$2.ncu-rep" ] || continue
+    name=$([ $who = ft ] && echo flashtile || echo fa2)
+    ncu --import "$out/$who-$2.ncu-rep" --print-details all > "$out/ncu-$1-$name-$2.txt" 2>&1
+    ncu --import "$out/$who-$2.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 \
+      > "$out/ncu-$1-$name-$2-sass.csv.xz"
+    rm -f "$out/$who-$2.ncu-rep"
+  done
+  grep -E "Duration|Registers Per|Executed Ipc A|Executed Instructions  |Warp Cycles Per Issued|Dynamic Shared|DRAM Throughput" \
+    "$out"/ncu-$1-*-$2.txt
+}
+
+if want profile; then  # the sm80 forward and FA2's, grid A shapes: PROFILE_SHAPES="D:S:mask ..." (default
+  # 128:4096:full). Per shape: both kernels' second launch, all sections (ncu-fwd-{flashtile,fa2}-dD-sS-mask.txt)
+  # and their SASS with the source counters (stall samples per instruction; ...-sass.csv.xz), in ncu-fwd.tar.
+  for shape in ${PROFILE_SHAPES:-128:4096:full}; do
+    grid_a_shape "$shape"
+    tag="d$pd-s$ps-$pm"
+    echo "== ncu: flashtile sm80 forward and PyTorch flash (FA2) forward, B=$pb H=$ph S=$ps D=$pd $pm"
+    ncu_args=(--set full --import-source yes --launch-skip 1 --launch-count 1)
+    timeout 200 ncu "${ncu_args[@]}" -k regex:fwd_kernel -o "$out/ft-$tag" $bin run -b $pb --heads $ph -s $ps \
+      --head-dim $pd $causal_flag -r 2 --verify-rows 2 --backend cuda-sm80 > /dev/null 2>&1 || status=1
+    timeout 200 ncu "${ncu_args[@]}" -k regex:flash_fwd -o "$out/fa2-$tag" python3 -c "
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q, k, v = (torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16) for _ in range(3))
+with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # three tensors, as flashtile run has: one would cut DRAM traffic
+    for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=$causal_py)
+torch.cuda.synchronize()" > /dev/null 2>&1 || status=1
+    ncu_to_text fwd "$tag"
+  done
+  (cd "$out" && tar cf ncu-fwd.tar ncu-fwd-*-d*-s* && rm -f ncu-fwd-*-d*-s*)
+fi
+
 if want profilebwd; then  # the sm80 dK/dV kernel (default mode) and FA2's main backward kernel, grid A shapes
   # PROFILE_SHAPES: "D:S:mask ..." (default 128:4096:full). Per shape: both kernels' second launch, all sections
   # (ncu-bwd-{flashtile,fa2}-dD-sS-mask.txt) and their SASS with the source counters (stall samples per
@@ -189,16 +206,7 @@ if want profilebwd; then  # the sm80 dK/dV kernel (default mode) and FA2's main 
       timeout 200 ncu "${ncu_args[@]}" -k regex:flash_bwd_dq_dk_dv -o "$out/fa2-$tag" python3 -c "$(fa2_backward_py 3)" \
         > /dev/null 2>&1 || status=1
     fi
-    for who in ft fa2; do
-      [ -f "$out/$who-$tag.ncu-rep" ] || continue
-      name=$([ $who = ft ] && echo flashtile || echo fa2)
-      ncu --import "$out/$who-$tag.ncu-rep" --print-details all > "$out/ncu-bwd-$name-$tag.txt" 2>&1
-      ncu --import "$out/$who-$tag.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 \
-        > "$out/ncu-bwd-$name-$tag-sass.csv.xz"
-      rm -f "$out/$who-$tag.ncu-rep"
-    done
-    grep -E "Duration|Registers Per|Executed Ipc A|Executed Instructions  |Warp Cycles Per Issued|Dynamic Shared" \
-      "$out"/ncu-bwd-*-$tag.txt
+    ncu_to_text bwd "$tag"
   done
   (cd "$out" && tar cf ncu-bwd.tar ncu-bwd-*-d*-s* && rm -f ncu-bwd-*-d*-s*)
 fi
