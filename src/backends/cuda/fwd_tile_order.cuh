@@ -24,14 +24,15 @@ struct CtaBlock {
   __host__ __device__ bool has_keys() const { return n_first <= n_last; }
   // The tile's (batch x head) index, b * heads_q + h.
   __host__ __device__ static int bh_of(const FwdKernelParams& f, int tile, bool heavy_first) {
-    return heavy_first ? tile % (f.batch * f.heads_q) : tile / f.m_blocks;
+    return heavy_first ? f.by_batch_heads.mod(tile) : f.by_m_blocks.div(tile);
   }
   template <int kBlockM, int kBlockN>
   __host__ __device__ static CtaBlock make(const FwdKernelParams& f, int tile, bool heavy_first) {
     CtaBlock c;
-    const int m_block = f.m_blocks - 1 - (heavy_first ? tile / (f.batch * f.heads_q) : tile % f.m_blocks);
+    // (by multiply-high and shift: fast_divisor.hpp)
+    const int m_block = f.m_blocks - 1 - (heavy_first ? f.by_batch_heads.div(tile) : f.by_m_blocks.mod(tile));
     const int bh = bh_of(f, tile, heavy_first);
-    c.b = bh / f.heads_q, c.h = bh % f.heads_q, c.hk = c.h / f.group;
+    c.b = f.by_heads_q.div(bh), c.h = bh - c.b * f.heads_q, c.hk = f.by_group.div(c.h);
     c.row0 = m_block * kBlockM;
     const int row_end = c.row0 + kBlockM < f.seqlen_q ? c.row0 + kBlockM : f.seqlen_q;
     // Keys seen by any row of the block: [key_begin, key_end).
