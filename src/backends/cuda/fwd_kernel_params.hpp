@@ -25,9 +25,6 @@ struct FwdKernelParams {
   float softcap;          // 0: off
   float scale_over_cap;   // softmax scale / softcap
   int m_blocks;           // query blocks per (batch, head)
-  // The divisions that split a work tile's number (fwd_tile_order.cuh): by m_blocks, batch * heads_q, heads_q and
-  // group. Set with m_blocks by set_query_blocks.
-  FastDivisor by_m_blocks, by_batch_heads, by_heads_q, by_group;
   bool heavy_first;       // tiles longest first across heads (fwd_tile_order.cuh); set by the launchers
   // sm80 rows with kHintNextWave (fwd_config.hpp): the CTAs the SMs hold at once, so that the CTA of tile t hints
   // tile t + l2_ahead's Q rows and first K/V tiles into L2. Set by the launcher.
@@ -37,6 +34,9 @@ struct FwdKernelParams {
   float* fa1_o;
   float* fa1_max;
   float* fa1_sum;
+  // The divisions that split a work tile's number (fwd_tile_order.cuh): by m_blocks, batch * heads_q, heads_q and
+  // group. Set with m_blocks by set_query_blocks.
+  FastDivisor by_m_blocks, by_batch_heads, by_heads_q, by_group;
 };
 
 // The mask's fields (key_offset, window_left, window_right) from a validated call's KeyRange; an unbounded side

@@ -458,7 +458,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     // buffer is released (q_empty) once that read is done: the barrier completes on the storing thread's
     // arrival, the last. The batch and head again from the tile number rather than kept live through the
     // loop: at D = 256 the registers are that tight.
-    const int bh = CtaBlock::bh_of(f, tile, f.heavy_first), b = f.by_heads_q.div(bh), h = bh - b * f.heads_q;
+    const int bh = CtaBlock::bh_of(f, tile, f.heavy_first), b = bh / f.heads_q, h = bh % f.heads_q;
     c.stage_o(sQ_wg, f, b, h);
     cutlass::arch::fence_view_async_shared();  // the generic-proxy writes above, visible to the TMA unit
     asm volatile("bar.sync %0, %1;\n" ::"n"(kEpilogueBarrier), "n"(Traits::kConsumers * 128));
