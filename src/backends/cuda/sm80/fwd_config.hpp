@@ -70,6 +70,15 @@ template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNW
 // instructions, fixed stall cycles 3112 -> 2803, spill loads in the loop 4 -> 0. Same-call A/B (docs/perf-log.md,
 // v25, over v24): +0.3% at S = 1024, +0.4% at 2048, +2.2% at 4096, +1.0% at 16k; with a softcap (spills 196 -> 28
 // bytes) +8% at S = 1024.
+// kLeanBlockEdges (optional, default false): a block's start and end in fewer instructions. The tile number is
+// split by FastDivisor's multiply-high and shift (fast_divisor.hpp) instead of four divisions by runtime values
+// (~20 instructions each), and each lane stores O a row pass at a time from one 64-bit pointer instead of
+// recomputing each chunk's address behind its own branch. A persistent D = 256 CTA split up to three tile numbers
+// a block, and a block of 8 tiles at S = 512 spent ~1800 instructions a warp outside its tiles against ~955 in
+// each tile (static SASS, sm_90a). Same-call A/B on the H200, two rounds (docs/perf-log.md, v29): D = 256
+// +1.7 / +2.0% at S = 512 full, +2.5-3.4% causal, +1.6-2.8% at S = 1024, within 0.6% at 16k; the long row +3.3%
+// at S = 1024 full, +1.0 / +5.0% at 2048, +1.3-1.8% at 16k. The other rows keep the operators and the old store
+// loop: with the new forms ptxas spilled more in D = 64's and D = 128's four-warp loops (D = 64 -3 to -5%).
 template <int kHeadDim>
 struct FwdConfigHopperLong;
 template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = false, kHintNextWave = true, kAllTilesVisible = true, kLeanBlockEdges = true; };   // 136 KB
