@@ -129,7 +129,7 @@ inline flashtile::cuda::FwdKernelParams bshd_params(const void* q, const void* k
   p.batch = batch, p.heads_q = heads, p.group = 1, p.seqlen_q = p.seqlen_k = seqlen, p.head_dim = dim;
   p.key_offset = 0, p.window_left = 2 * seqlen, p.window_right = causal ? 0 : 2 * seqlen;
   p.scale_log2 = 1.4426950408889634f / std::sqrt(float(dim));
-  p.m_blocks = (seqlen + block_m - 1) / block_m;
+  flashtile::cuda::set_query_blocks(p, (seqlen + block_m - 1) / block_m);
   return p;
 }
 

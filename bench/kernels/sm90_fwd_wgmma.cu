@@ -130,7 +130,8 @@ void run(int batch, int seqlen, int heads, bool causal) {
   const float ms3 = harness::median_ms([&] { CHECK((sm90::launch_fwd<__nv_bfloat16, D, sm90::kPingPong>(f, nullptr))); });
 
   using Traits80 = sm80::FwdTraits<D, sm80::FwdConfigHopper<D>>;
-  f.o = o80, f.m_blocks = (seqlen + Traits80::kBlockM - 1) / Traits80::kBlockM;
+  f.o = o80;
+  set_query_blocks(f, (seqlen + Traits80::kBlockM - 1) / Traits80::kBlockM);
   auto kernel80 = sm80::fwd_kernel<Traits80, __nv_bfloat16, false, sm80::kV2>;
   CHECK(cudaFuncSetAttribute(kernel80, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits80::kSmemBytes));
   const unsigned blocks80 = unsigned(f.m_blocks) * batch * heads;

@@ -350,7 +350,7 @@ FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& p, i
   k.softcap = p.softcap;
   k.scale_log2 = p.softcap > 0 ? kLog2e : p.scale * kLog2e;
   k.scale_over_cap = p.softcap > 0 ? p.scale / p.softcap : 0.0f;
-  k.m_blocks = static_cast<int>((p.seqlen_q + block_m - 1) / block_m);
+  set_query_blocks(k, static_cast<int>((p.seqlen_q + block_m - 1) / block_m));
   return k;
 }
 

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 
+#include "backends/cuda/fast_divisor.hpp"
 #include "common/problem.hpp"
 
 namespace flashtile::cuda {
@@ -33,6 +34,9 @@ struct FwdKernelParams {
   float* fa1_o;
   float* fa1_max;
   float* fa1_sum;
+  // The divisions that split a work tile's number (fwd_tile_order.cuh): by m_blocks, batch * heads_q, heads_q and
+  // group. Set with m_blocks by set_query_blocks.
+  FastDivisor by_m_blocks, by_batch_heads, by_heads_q, by_group;
 };
 
 // The mask's fields (key_offset, window_left, window_right) from a validated call's KeyRange; an unbounded side
@@ -43,6 +47,13 @@ inline void set_key_window(FwdKernelParams& k, const KeyRange& keys) {
   k.key_offset = static_cast<int>(keys.offset);
   k.window_left = static_cast<int>(keys.left < 0 ? unbounded : keys.left);
   k.window_right = static_cast<int>(keys.right < 0 ? unbounded : keys.right);
+}
+
+// m_blocks and the divisors of a tile's number, once batch, heads_q and group are set.
+inline void set_query_blocks(FwdKernelParams& k, int m_blocks) {
+  k.m_blocks = m_blocks;
+  k.by_m_blocks = FastDivisor::of(m_blocks), k.by_batch_heads = FastDivisor::of(k.batch * k.heads_q);
+  k.by_heads_q = FastDivisor::of(k.heads_q), k.by_group = FastDivisor::of(k.group);
 }
 
 // Resolves a validated call into kernel parameters for a kernel of `block_m` query rows per CTA

@@ -18,20 +18,35 @@
 
 namespace flashtile::cuda {
 
+// n / d and n % d by FastDivisor's multiply-high and shift (kFast), or by the operators. The sm90 kernel and most
+// of the sm80 kernel's rows keep the operators (sm80/fwd_config.hpp, kLeanBlockEdges: in the rows with a CTA per
+// block, which split one tile number, the other form moved the register allocation and lost up to 5%).
+template <bool kFast>
+__host__ __device__ __forceinline__ int quotient(const FastDivisor& d, int n) {
+  return kFast ? d.div(n) : n / d.divisor;
+}
+template <bool kFast>
+__host__ __device__ __forceinline__ int remainder(const FastDivisor& d, int n) {
+  return kFast ? d.mod(n) : n % d.divisor;
+}
+
 struct CtaBlock {
   int row0, b, h, hk, n_first, n_last;  // K/V tiles [n_first, n_last]; none when n_first > n_last
 
   __host__ __device__ bool has_keys() const { return n_first <= n_last; }
   // The tile's (batch x head) index, b * heads_q + h.
+  template <bool kFastDivide = false>
   __host__ __device__ static int bh_of(const FwdKernelParams& f, int tile, bool heavy_first) {
-    return heavy_first ? tile % (f.batch * f.heads_q) : tile / f.m_blocks;
+    return heavy_first ? remainder<kFastDivide>(f.by_batch_heads, tile) : quotient<kFastDivide>(f.by_m_blocks, tile);
   }
-  template <int kBlockM, int kBlockN>
+  template <int kBlockM, int kBlockN, bool kFastDivide = false>
   __host__ __device__ static CtaBlock make(const FwdKernelParams& f, int tile, bool heavy_first) {
     CtaBlock c;
-    const int m_block = f.m_blocks - 1 - (heavy_first ? tile / (f.batch * f.heads_q) : tile % f.m_blocks);
-    const int bh = bh_of(f, tile, heavy_first);
-    c.b = bh / f.heads_q, c.h = bh % f.heads_q, c.hk = c.h / f.group;
+    const int m_block = f.m_blocks - 1 - (heavy_first ? quotient<kFastDivide>(f.by_batch_heads, tile)
+                                                      : remainder<kFastDivide>(f.by_m_blocks, tile));
+    const int bh = bh_of<kFastDivide>(f, tile, heavy_first);
+    c.b = quotient<kFastDivide>(f.by_heads_q, bh), c.h = remainder<kFastDivide>(f.by_heads_q, bh);
+    c.hk = quotient<kFastDivide>(f.by_group, c.h);
     c.row0 = m_block * kBlockM;
     const int row_end = c.row0 + kBlockM < f.seqlen_q ? c.row0 + kBlockM : f.seqlen_q;
     // Keys seen by any row of the block: [key_begin, key_end).

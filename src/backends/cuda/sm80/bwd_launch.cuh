@@ -59,7 +59,7 @@ template <typename T, int kHeadDim>
 cudaError_t launch_bwd_dq(BwdKernelParams p, cudaStream_t stream) {
   using DqTraits = BwdDqTraits<kHeadDim>;
   FwdKernelParams& f = p.fwd;
-  f.m_blocks = (f.seqlen_q + DqTraits::kBlockM - 1) / DqTraits::kBlockM;
+  set_query_blocks(f, (f.seqlen_q + DqTraits::kBlockM - 1) / DqTraits::kBlockM);
   auto kernel = f.softcap > 0 ? bwd_dq_kernel<DqTraits, T, true> : bwd_dq_kernel<DqTraits, T, false>;
   return launch_bwd_kernel(kernel, p, static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q, DqTraits::kThreads,
                            DqTraits::kColSplits, bwd_dq_smem_bytes<DqTraits>(1), bwd_dq_smem_bytes<DqTraits>(2),

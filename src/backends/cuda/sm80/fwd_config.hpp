@@ -50,7 +50,7 @@ struct FwdConfigHopper : FwdConfig<kHeadDim> {};
 template <> struct FwdConfigHopper<64>  { static constexpr int kBlockN = 128, kNWarps = 4, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = true, kKvRing = false, kPersistent = false; };  //  90 KB
 template <> struct FwdConfigHopper<128> { static constexpr int kBlockN = 64, kNWarps = 4, kMSlices = 2, kStages = 1; static constexpr bool kSkipRescale = true, kKvRing = false, kPersistent = false, kRelativeMask = true; };   //  68 KB
 template <> struct FwdConfigHopper<192> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 1, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = false; };   // 150 KB
-template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 1, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = true; };    // 198 KB
+template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 1, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = true, kLeanBlockEdges = true; };    // 198 KB
 
 // Hopper rows for calls with no mask and at least kLongKeys keys (fwd_launch.hpp), where a larger block pays: at
 // D=128 eight warps of 256 rows on the ring halve the K/V bytes per FLOP again (v16's ring, two calls: +1-3% at
@@ -70,11 +70,21 @@ template <> struct FwdConfigHopper<256> { static constexpr int kBlockN = 64, kNW
 // instructions, fixed stall cycles 3112 -> 2803, spill loads in the loop 4 -> 0. Same-call A/B (docs/perf-log.md,
 // v25, over v24): +0.3% at S = 1024, +0.4% at 2048, +2.2% at 4096, +1.0% at 16k; with a softcap (spills 196 -> 28
 // bytes) +8% at S = 1024.
+// kLeanBlockEdges (optional, default false): a block's start and end in fewer instructions. The tile number is
+// split by FastDivisor's multiply-high and shift (fast_divisor.hpp) instead of four divisions by runtime values
+// (~20 instructions each), and each lane stores O a row pass at a time from one 64-bit pointer instead of
+// recomputing each chunk's address behind its own branch. A persistent D = 256 CTA split up to three tile numbers
+// a block, and a block of 8 tiles at S = 512 spent ~1800 instructions a warp outside its tiles against ~955 in
+// each tile (static SASS, sm_90a). Same-call A/B on the H200, two rounds (docs/perf-log.md, v29): D = 256
+// +1.7 / +2.0% at S = 512 full, +2.5-3.4% causal, +1.6-2.8% at S = 1024, within 0.6% at 16k; the long row +3.3%
+// at S = 1024 full, +1.0 / +5.0% at 2048, +1.3-1.8% at 16k. The other rows keep the operators and the old store
+// loop: with the new forms ptxas spilled more in D = 64's and D = 128's four-warp loops (D = 64 -3 to -5%).
 template <int kHeadDim>
 struct FwdConfigHopperLong;
-template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = false, kHintNextWave = true, kAllTilesVisible = true; };   // 136 KB
+template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64, kNWarps = 8, kMSlices = 2, kStages = 2; static constexpr bool kSkipRescale = false, kKvRing = true, kPersistent = false, kHintNextWave = true, kAllTilesVisible = true, kLeanBlockEdges = true; };   // 136 KB
 
-// A row's optional columns (kRelativeMask, kHintNextWave, kAllTilesVisible): false where the row does not name them.
+// A row's optional columns (kRelativeMask, kHintNextWave, kAllTilesVisible, kLeanBlockEdges): false where the row
+// does not name them.
 #define FLASHTILE_OPTIONAL_ROW_FLAG(Trait, member)                                       \
   template <typename Config, typename = void>                                          \
   struct Trait : std::false_type {};                                                   \
@@ -83,6 +93,7 @@ template <> struct FwdConfigHopperLong<128> { static constexpr int kBlockN = 64,
 FLASHTILE_OPTIONAL_ROW_FLAG(RowRelativeMask, kRelativeMask)
 FLASHTILE_OPTIONAL_ROW_FLAG(RowHintNextWave, kHintNextWave)
 FLASHTILE_OPTIONAL_ROW_FLAG(RowAllTilesVisible, kAllTilesVisible)
+FLASHTILE_OPTIONAL_ROW_FLAG(RowLeanBlockEdges, kLeanBlockEdges)
 #undef FLASHTILE_OPTIONAL_ROW_FLAG
 
 // Everything derived from a row of the table, with the checks that keep a new row honest. Config defaults to
@@ -99,6 +110,7 @@ struct FwdTraits : Config {
   static constexpr bool kRelativeMask = RowRelativeMask<Config>::value;
   static constexpr bool kHintNextWave = RowHintNextWave<Config>::value;
   static constexpr bool kAllTilesVisible = RowAllTilesVisible<Config>::value;
+  static constexpr bool kLeanBlockEdges = RowLeanBlockEdges<Config>::value;
   static constexpr int kSmemBytes = (kBlockM + 2 * Config::kStages * Config::kBlockN) * kRowStride * 2 +
                                     (Config::kKvRing ? kRingBarrierBytes : 0);
   static_assert(kHeadDim % 16 == 0, "the MMA k-step is 16: head dims are padded to a multiple of 16");

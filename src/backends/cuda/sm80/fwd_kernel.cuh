@@ -48,7 +48,9 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
   // last blocks see the most keys); a persistent CTA takes the snake's, longest first across heads where that
   // order balances better (fwd_launch.cuh).
   const bool heavy_first = Traits::kPersistent && p.heavy_first;
-  auto block_of = [&](int tile) { return CtaBlock::make<kBlockM, kBlockN>(p, tile, heavy_first); };
+  auto block_of = [&](int tile) {
+    return CtaBlock::make<kBlockM, kBlockN, Traits::kLeanBlockEdges>(p, tile, heavy_first);
+  };
   auto kv_walk = [&](const CtaBlock& blk) {
     return KvWalk<T>{static_cast<const T*>(p.k) + blk.b * p.k_stride[0] + blk.hk * p.k_stride[2],
                      static_cast<const T*>(p.v) + blk.b * p.v_stride[0] + blk.hk * p.v_stride[2], blk.n_first,
@@ -259,16 +261,24 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
               seen ? (row_max[s][hr] * p.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
       }
     __syncwarp();
-    constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+    if constexpr (Traits::kLeanBlockEdges) {  // a row pass a 64-bit pointer step (fwd_config.hpp)
 #pragma unroll
-    for (int s = 0; s < kMSlices; ++s)
-#pragma unroll
-      for (int i = lane; i < 16 * kChunks; i += 32) {
-        const int r = slice_row<Traits>(s) + i / kChunks, c = i % kChunks;
-        if (row0 + r < p.seqlen_q && c * 8 < p.head_dim)
-          *reinterpret_cast<uint4*>(o_head + (row0 + r) * p.o_stride[1] + c * 8) =
-              *reinterpret_cast<const uint4*>(sO + r * kStride + c * 8);
+      for (int s = 0; s < kMSlices; ++s) {
+        const int r = slice_row<Traits>(s);
+        store_rows_by<Traits, 16, 32>(lane, sO + r * kStride, o_head, p.o_stride[1], row0 + r, p.seqlen_q, p.head_dim);
       }
+    } else {
+      constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
+#pragma unroll
+      for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+        for (int i = lane; i < 16 * kChunks; i += 32) {
+          const int r = slice_row<Traits>(s) + i / kChunks, c = i % kChunks;
+          if (row0 + r < p.seqlen_q && c * 8 < p.head_dim)
+            *reinterpret_cast<uint4*>(o_head + (row0 + r) * p.o_stride[1] + c * 8) =
+                *reinterpret_cast<const uint4*>(sO + r * kStride + c * 8);
+        }
+    }
     if constexpr (Traits::kPersistent) __syncwarp();  // the rows are read before the next block's Q lands in them
   };
 

@@ -105,17 +105,18 @@ __device__ __forceinline__ void load_rows_async(T* smem, const T* head_base, int
                                                                 rows_valid, cols_valid);
 }
 
-// The reverse of load_rows_async, for a tile that every thread of the CTA has written to shared memory in the
-// same layout: rows [row0, rows_valid) and columns [0, cols_valid) of it go to global memory in 16-byte chunks,
-// the threads of a warp covering whole 128-byte lines of a row; tid is this thread's index in the CTA. As in
-// the copy in, each thread keeps its column and steps down the rows where a pass of the CTA covers whole rows.
-template <typename Traits, int kRows, bool kSwizzle = false, typename T>
-__device__ __forceinline__ void store_rows(unsigned tid, const T* smem, T* head_base, int64_t row_stride, int row0,
-                                           int rows_valid, int cols_valid) {
+// The reverse of load_rows_async_by: rows [row0, rows_valid) and columns [0, cols_valid) of a tile that the
+// kStorers storers (the CTA's threads, or a warp for its own rows) have written to shared memory in the same
+// layout go to global memory in 16-byte chunks, the storers covering whole 128-byte lines of a row; `storer` is
+// this one. As in the copy in, each storer keeps its column and steps down the rows (one 64-bit pointer a pass)
+// where a pass covers whole rows.
+template <typename Traits, int kRows, int kStorers, bool kSwizzle = false, typename T>
+__device__ __forceinline__ void store_rows_by(unsigned storer, const T* smem, T* head_base, int64_t row_stride,
+                                              int row0, int rows_valid, int cols_valid) {
   constexpr int kChunks = Traits::kHeadDim / 8;  // 16-byte chunks per row
-  constexpr int kThreads = Traits::kThreads, kRowsPerPass = kThreads / kChunks;
-  if constexpr (kThreads % kChunks == 0 && kRows % kRowsPerPass == 0 && (!kSwizzle || kRowsPerPass % 8 == 0)) {
-    const unsigned r = tid / kChunks, c = tid % kChunks;
+  constexpr int kRowsPerPass = kStorers / kChunks;
+  if constexpr (kStorers % kChunks == 0 && kRows % kRowsPerPass == 0 && (!kSwizzle || kRowsPerPass % 8 == 0)) {
+    const unsigned r = storer / kChunks, c = storer % kChunks;
     if (c * 8 >= static_cast<unsigned>(cols_valid)) return;
     T* dst = head_base + (row0 + static_cast<int>(r)) * row_stride + c * 8;
     const T* src = smem + r * Traits::kRowStride + (kSwizzle ? c ^ (r & 7) : c) * 8;
@@ -127,15 +128,21 @@ __device__ __forceinline__ void store_rows(unsigned tid, const T* smem, T* head_
   } else {
     constexpr int kTotal = kRows * kChunks;
 #pragma unroll
-    for (int j = 0; j < (kTotal + kThreads - 1) / kThreads; ++j) {
-      const int i = static_cast<int>(tid) + j * kThreads;
-      if (kTotal % kThreads != 0 && i >= kTotal) break;
+    for (int j = 0; j < (kTotal + kStorers - 1) / kStorers; ++j) {
+      const int i = static_cast<int>(storer) + j * kStorers;
+      if (kTotal % kStorers != 0 && i >= kTotal) break;
       const int r = i / kChunks, c = i % kChunks;
       if (row0 + r < rows_valid && c * 8 < cols_valid)
         *reinterpret_cast<uint4*>(head_base + (row0 + r) * row_stride + c * 8) =
             *reinterpret_cast<const uint4*>(smem + r * Traits::kRowStride + (kSwizzle ? c ^ (r & 7) : c) * 8);
     }
   }
+}
+template <typename Traits, int kRows, bool kSwizzle = false, typename T>
+__device__ __forceinline__ void store_rows(unsigned tid, const T* smem, T* head_base, int64_t row_stride, int row0,
+                                           int rows_valid, int cols_valid) {
+  store_rows_by<Traits, kRows, Traits::kThreads, kSwizzle>(tid, smem, head_base, row_stride, row0, rows_valid,
+                                                           cols_valid);
 }
 
 // First row of slice s of this warp, within the CTA's block of kBlockM rows.
