@@ -151,6 +151,17 @@ __device__ __forceinline__ void red_add(float* at, float4 v) {
   atomicAdd(at, v.x), atomicAdd(at + 1, v.y), atomicAdd(at + 2, v.z), atomicAdd(at + 3, v.w);
 #endif
 }
+// The same at a global-space address (__cvta_generic_to_global), for callers that set bits of it (kStepPointers).
+__device__ __forceinline__ void red_add_global(size_t at, float4 v) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(at), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+#else
+  asm volatile(
+      "red.global.add.f32 [%0], %1;\n red.global.add.f32 [%0+4], %2;\n red.global.add.f32 [%0+8], %3;\n"
+      " red.global.add.f32 [%0+12], %4;\n" ::"l"(at),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+#endif
+}
 
 // dQ = the fp32 accumulator (sums of dS / scale times K) times the scale, in the input dtype (default mode), for
 // the row orders (kPlain, kPairInterleaved): one query row per lane group, 8 columns a lane (accumulator rows are
@@ -368,13 +379,35 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     }
   };
   StepCursor issue_at{hk * f.group, row_first}, body_at = issue_at;
+  // kStepPointers (bwd_config.hpp): where the issue cursor's head starts in Q, dO, the LSE and D, and the body
+  // cursor's in the dQ accumulator, moved by the head strides when the cursor's head changes. Without, those 64-bit
+  // offsets are multiplied out from the head each step (~50 instructions a step at D = 256).
+  const int64_t dq_head_floats = dq_accum_rows(f.seqlen_q, Traits::kDqOrder) * f.head_dim;
+  struct HeadStarts {
+    const T *q, *dout;
+    const float *lse, *delta;
+    float* dq;
+  } starts{static_cast<const T*>(f.q) + b * f.q_stride[0] + issue_at.h * f.q_stride[2],
+           static_cast<const T*>(p.dout) + b * p.dout_stride[0] + issue_at.h * p.dout_stride[2],
+           f.lse + b * f.lse_stride[0] + issue_at.h * f.lse_stride[1],
+           p.delta + (static_cast<int64_t>(b) * f.heads_q + issue_at.h) * p.delta_head_stride,
+           kAccumulateDq ? p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + issue_at.h) * dq_head_floats : nullptr};
 
   static_assert(2 * kM <= Traits::kThreads, "one thread per row for the LSE and one for D");
   auto issue = [&](int, int buffer) {
     const int h = issue_at.h, row0 = issue_at.row0;
     issue_at.advance(row_first, row_end);
-    const T* q_head = static_cast<const T*>(f.q) + b * f.q_stride[0] + h * f.q_stride[2];
-    const T* do_head = static_cast<const T*>(p.dout) + b * p.dout_stride[0] + h * p.dout_stride[2];
+    const HeadStarts at = starts;  // kStepPointers: head h's
+    if constexpr (Traits::kStepPointers) {
+      if (issue_at.h != h) {
+        starts.q += f.q_stride[2], starts.dout += p.dout_stride[2];
+        starts.lse += f.lse_stride[1], starts.delta += p.delta_head_stride;
+      }
+    }
+    const T* q_head =
+        Traits::kStepPointers ? at.q : static_cast<const T*>(f.q) + b * f.q_stride[0] + h * f.q_stride[2];
+    const T* do_head =
+        Traits::kStepPointers ? at.dout : static_cast<const T*>(p.dout) + b * p.dout_stride[0] + h * p.dout_stride[2];
     load_rows_async<Traits, kM, kSwz>(sQ + buffer * kTile, q_head, f.q_stride[1], row0, f.seqlen_q, f.head_dim);
     load_rows_async<Traits, kM, kSwz>(sDO + buffer * kTile, do_head, p.dout_stride[1], row0, f.seqlen_q,
                                       f.head_dim);
@@ -384,10 +417,12 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
     const int r = threadIdx.x % kM, row = row0 + r;
     const bool real = row < f.seqlen_q;
     auto lse_src = [&] {
-      return f.lse + b * f.lse_stride[0] + h * f.lse_stride[1] + (real ? row * f.lse_stride[2] : 0);
+      if constexpr (Traits::kStepPointers) return at.lse + (real ? row * f.lse_stride[2] : 0);
+      else return f.lse + b * f.lse_stride[0] + h * f.lse_stride[1] + (real ? row * f.lse_stride[2] : 0);
     };
     auto delta_src = [&] {
-      return p.delta + (static_cast<int64_t>(b) * f.heads_q + h) * p.delta_head_stride + (real ? row : 0);
+      if constexpr (Traits::kStepPointers) return at.delta + (real ? row : 0);
+      else return p.delta + (static_cast<int64_t>(b) * f.heads_q + h) * p.delta_head_stride + (real ? row : 0);
     };
     if constexpr (Traits::kPredicatedStats) {
       const bool lse_thread = threadIdx.x < kM;
@@ -405,6 +440,10 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
   auto body = [&](int, int buffer) {
     const int h = body_at.h, row0 = body_at.row0;
     body_at.advance(row_first, row_end);
+    float* const dq_start = starts.dq;  // kStepPointers: head h's accumulator
+    if constexpr (Traits::kStepPointers && kAccumulateDq) {
+      if (body_at.h != h) starts.dq += dq_head_floats;
+    }
     const T* bQ = sQ + buffer * kTile;
     const T* bDO = sDO + buffer * kTile;
     // This thread's S rows (sdp_row + 16 i + g + 8 hr): their LSE in log2 units and D.
@@ -486,26 +525,38 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
         float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
         warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, ProbTile{sdS + dq_row * kPStride, kPStride, 0},
                                                        RowsTile{sK, kStride, dq_col});
-        float* dq_head = p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) *
-                                          dq_accum_rows(f.seqlen_q, Traits::kDqOrder) * f.head_dim;
+        float* dq_head = Traits::kStepPointers ? dq_start
+                                               : p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) *
+                                                                  dq_accum_rows(f.seqlen_q, Traits::kDqOrder) * f.head_dim;
         // Pair-interleaved: one address per row, the 16-column groups at immediate offsets from it. Fragment:
-        // one address per band, the 8-column blocks 128 floats apart. reduce(lo, hi) issues the reductions
-        // numbered [lo, hi) of the warp's kReductions, in the loops' order (compile-time bounds once unrolled:
-        // kUnderDk hands each of dK's k-steps its share).
+        // one address per band, the 8-column blocks 128 floats apart; with kStepPointers one global address a step
+        // (this thread's float of the warp's first band; the bands 16 rows apart) with the pin (0, below) OR-ed
+        // into its low word: added to the offset, it made ptxas compute the whole 64-bit address again for each
+        // k-step's share (~30 instructions a step at D = 256). reduce(lo, hi) issues the reductions numbered
+        // [lo, hi) of the warp's kReductions, in the loops' order (compile-time bounds once unrolled: kUnderDk
+        // hands each of dK's k-steps its share).
         auto reduce = [&](int lo, int hi, int pin) {
           if constexpr (kFragmentOrder) {
 #pragma unroll
             for (int i = 0; i < kDqRows / 16; ++i) {
               const int band0 = row0 + dq_row + i * 16;
               if (!kFull && band0 >= f.seqlen_q) break;  // past the padding (the last block of a head)
-              float* dst = dq_head + static_cast<int64_t>(band0) * f.head_dim + dq_col * 16 + lane * 4 + pin;
+              [[maybe_unused]] float* dst =
+                  dq_head + static_cast<int64_t>(band0) * f.head_dim + dq_col * 16 + lane * 4 + pin;  // (not kStepPointers)
 #pragma unroll
               for (int j = 0; j < kDqCols / 8; ++j) {
                 const int n = i * (kDqCols / 8) + j;
                 if (n < lo || n >= hi) continue;
                 if (!kFull && dq_col + j * 8 >= f.head_dim) break;
                 const float(&frag)[4] = acc_dq[i][j];
-                red_add(dst + j * 128, make_float4(frag[0], frag[1], frag[2], frag[3]));
+                const float4 v = make_float4(frag[0], frag[1], frag[2], frag[3]);
+                if constexpr (Traits::kStepPointers) {
+                  const float* tile = dq_head + static_cast<int64_t>(row0 + dq_row) * f.head_dim + dq_col * 16 + lane * 4;
+                  const size_t band = __cvta_generic_to_global(tile + i * 16 * f.head_dim) | static_cast<uint32_t>(pin);
+                  red_add_global(band + j * 128 * sizeof(float), v);
+                } else {
+                  red_add(dst + j * 128, v);
+                }
               }
             }
           } else {
