@@ -23,11 +23,12 @@ struct FastDivisor {
   uint32_t multiplier = 0;  // ceil(2^p / divisor); 0 for divisor 1
   uint32_t shift = 0;       // p - 32
 
-  // d >= 1 (host).
+  // d >= 1 (host). d = 0 (the query blocks or heads of an empty problem, which no kernel splits a tile number of)
+  // gives a divisor that must not be used.
   static FastDivisor of(int d) {
     FastDivisor f;
     f.divisor = d;
-    if (d == 1) return f;
+    if (d <= 1) return f;
     int l = 0;
     while ((int64_t{1} << l) < d) ++l;
     const int p = 31 + l;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backends/cuda/fast_divisor.hpp"
+#include "backends/cuda/fwd_kernel_params.hpp"
 
 namespace flashtile {
 namespace {
@@ -49,6 +50,16 @@ TEST(FastDivisor, ExhaustiveForSmallDivisors) {
       ASSERT_EQ(f.mod(n), n % d) << n << " % " << d;
     }
   }
+}
+
+// An empty problem (seqlen_q = 0, so no query block) still resolves its kernel parameters: no division by zero.
+TEST(FastDivisor, EmptyProblemsResolve) {
+  cuda::FwdKernelParams p{};
+  p.batch = 2, p.heads_q = 0, p.group = 0;
+  cuda::set_query_blocks(p, 0);
+  EXPECT_EQ(p.m_blocks, 0);
+  EXPECT_EQ(p.by_m_blocks.divisor, 0);
+  EXPECT_EQ(p.by_batch_heads.divisor, 0);
 }
 
 }  // namespace
