@@ -57,7 +57,11 @@ def gpu_table(ours, peers):
         if fl:
             lines.append(f"- {pass_}: geometric mean {geomean(fl):.3f}x FA2 (min {min(fl):.2f}x, max {max(fl):.2f}x), "
                          f"{geomean(cu):.3f}x cuDNN (min {min(cu):.2f}x), over {len(fl)} rows")
-    lines.append("\nPeers are bf16 (peers.py measures bf16 only); fp16 rows are compared with the same bf16 numbers.")
+    ours_dtypes = sorted({r["dtype"] for r in ours if r.get("kind") == "attn" and "dtype" in r})
+    peer_dtypes = sorted({r["dtype"] for r in peers if r.get("kind") == "attn" and "dtype" in r and
+                          not r.get("impl", "").startswith("flashtile")})
+    if peer_dtypes != ours_dtypes:  # e.g. a flashtile fp16 file beside a peers.py run in bf16
+        lines.append(f"\nThe peers ran in {', '.join(peer_dtypes)}, flashtile in {', '.join(ours_dtypes)}.")
     return lines
 
 
