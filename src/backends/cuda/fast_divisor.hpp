@@ -32,7 +32,8 @@ struct FastDivisor {
     int l = 0;
     while ((int64_t{1} << l) < d) ++l;
     const int p = 31 + l;
-    f.multiplier = static_cast<uint32_t>(((uint64_t{1} << p) + static_cast<uint64_t>(d) - 1) / static_cast<uint64_t>(d));
+    const uint64_t divisor = static_cast<uint64_t>(d);
+    f.multiplier = static_cast<uint32_t>(((uint64_t{1} << p) + divisor - 1) / divisor);
     f.shift = static_cast<uint32_t>(p - 32);
     return f;
   }

@@ -525,9 +525,11 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
         float acc_dq[kDqRows / 16][kDqCols / 8][4] = {};
         warp_mma<T, kDqRows, kDqCols, kN, false, true>(acc_dq, ProbTile{sdS + dq_row * kPStride, kPStride, 0},
                                                        RowsTile{sK, kStride, dq_col});
-        float* dq_head = Traits::kStepPointers ? dq_start
-                                               : p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) *
-                                                                  dq_accum_rows(f.seqlen_q, Traits::kDqOrder) * f.head_dim;
+        float* dq_head =
+            Traits::kStepPointers
+                ? dq_start
+                : p.dq_accum + (static_cast<int64_t>(b) * f.heads_q + h) *
+                                   dq_accum_rows(f.seqlen_q, Traits::kDqOrder) * f.head_dim;
         // Pair-interleaved: one address per row, the 16-column groups at immediate offsets from it. Fragment:
         // one address per band, the 8-column blocks 128 floats apart; with kStepPointers one global address a step
         // (this thread's float of the warp's first band; the bands 16 rows apart) with the pin (0, below) OR-ed
@@ -541,8 +543,8 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
             for (int i = 0; i < kDqRows / 16; ++i) {
               const int band0 = row0 + dq_row + i * 16;
               if (!kFull && band0 >= f.seqlen_q) break;  // past the padding (the last block of a head)
-              [[maybe_unused]] float* dst =
-                  dq_head + static_cast<int64_t>(band0) * f.head_dim + dq_col * 16 + lane * 4 + pin;  // (not kStepPointers)
+              [[maybe_unused]] float* dst =  // (used without kStepPointers)
+                  dq_head + static_cast<int64_t>(band0) * f.head_dim + dq_col * 16 + lane * 4 + pin;
 #pragma unroll
               for (int j = 0; j < kDqCols / 8; ++j) {
                 const int n = i * (kDqCols / 8) + j;
@@ -551,7 +553,8 @@ __global__ void __launch_bounds__(Traits::kThreads) bwd_dkdv_kernel(const BwdKer
                 const float(&frag)[4] = acc_dq[i][j];
                 const float4 v = make_float4(frag[0], frag[1], frag[2], frag[3]);
                 if constexpr (Traits::kStepPointers) {
-                  const float* tile = dq_head + static_cast<int64_t>(row0 + dq_row) * f.head_dim + dq_col * 16 + lane * 4;
+                  const float* tile =
+                      dq_head + static_cast<int64_t>(row0 + dq_row) * f.head_dim + dq_col * 16 + lane * 4;
                   const size_t band = __cvta_generic_to_global(tile + i * 16 * f.head_dim) | static_cast<uint32_t>(pin);
                   red_add_global(band + j * 128 * sizeof(float), v);
                 } else {

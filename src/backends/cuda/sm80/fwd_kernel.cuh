@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
         const int r = slice_row<Traits>(s);
         store_rows_by<Traits, 16, 32>(lane, sO + r * kStride, o_head, p.o_stride[1], row0 + r, p.seqlen_q, p.head_dim);
       }
-    } else {
+    } else {  // not store_rows_by's general form: with it, ptxas spilled more in D = 128's four-warp loop
       constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row
 #pragma unroll
       for (int s = 0; s < kMSlices; ++s)
