@@ -155,35 +155,47 @@ torch.cuda.synchronize()"
 # An ncu report pair ($out/{ft,fa2}-<tag>.ncu-rep) -> ncu-<kind>-{flashtile,fa2}-<tag>.txt (every section) and
 # ...-sass.csv.xz (the SASS with its source counters), and the headline lines printed.
 ncu_to_text() {  # <kind: fwd or bwd> <tag>
-  for who in ft fa2; do
+  for who in ft fa2 cudnn; do
     [ -f "$out/$who-$2.ncu-rep" ] || continue
-    name=$([ $who = ft ] && echo flashtile || echo fa2)
+    name=$([ $who = ft ] && echo flashtile || echo $who)
     ncu --import "$out/$who-$2.ncu-rep" --print-details all > "$out/ncu-$1-$name-$2.txt" 2>&1
     ncu --import "$out/$who-$2.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 \
       > "$out/ncu-$1-$name-$2-sass.csv.xz"
     rm -f "$out/$who-$2.ncu-rep"
   done
-  grep -E "Duration|Registers Per|Executed Ipc A|Executed Instructions  |Warp Cycles Per Issued|Dynamic Shared|DRAM Throughput" \
+  grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Executed Ipc A|Executed Instructions  |Warp Cycles Per Issued|Block Size|Grid Size|Dynamic Shared|DRAM Throughput" \
     "$out"/ncu-$1-*-$2.txt
 }
 
 if want profile; then  # the sm80 forward and FA2's, grid A shapes: PROFILE_SHAPES="D:S:mask ..." (default
   # 128:4096:full). Per shape: both kernels' second launch, all sections (ncu-fwd-{flashtile,fa2}-dD-sS-mask.txt)
   # and their SASS with the source counters (stall samples per instruction; ...-sass.csv.xz), in ncu-fwd.tar.
+  # PROFILE_FWD=sm90: the sm90 forward and cuDNN's instead (cuDNN's kernels of one call, after warm-up).
+  fwd_family=${PROFILE_FWD:-sm80}
   for shape in ${PROFILE_SHAPES:-128:4096:full}; do
     grid_a_shape "$shape"
     tag="d$pd-s$ps-$pm"
-    echo "== ncu: flashtile sm80 forward and PyTorch flash (FA2) forward, B=$pb H=$ph S=$ps D=$pd $pm"
     ncu_args=(--set full --import-source yes --launch-skip 1 --launch-count 1)
-    timeout 200 ncu "${ncu_args[@]}" -k regex:fwd_kernel -o "$out/ft-$tag" $bin run -b $pb --heads $ph -s $ps \
-      --head-dim $pd $causal_flag -r 2 --verify-rows 2 --backend cuda-sm80 > /dev/null 2>&1 || status=1
-    timeout 200 ncu "${ncu_args[@]}" -k regex:flash_fwd -o "$out/fa2-$tag" python3 -c "
+    peer_py="
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 q, k, v = (torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16) for _ in range(3))
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):  # three tensors, as flashtile run has: one would cut DRAM traffic
-    for _ in range(3): torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=$causal_py)
-torch.cuda.synchronize()" > /dev/null 2>&1 || status=1
+with sdpa_kernel(SDPBackend.$([ "$fwd_family" = sm90 ] && echo CUDNN_ATTENTION || echo FLASH_ATTENTION)):
+    for i in range(4):  # three tensors, as flashtile run has: one would cut DRAM traffic
+        if i == 3: torch.cuda.profiler.start()
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=$causal_py)
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()"
+    if [ "$fwd_family" = sm90 ]; then
+      echo "== ncu: flashtile sm90 forward and cuDNN's forward, B=$pb H=$ph S=$ps D=$pd $pm"
+      peer=cudnn peer_args=(--set full --import-source yes --profile-from-start off)
+    else
+      echo "== ncu: flashtile sm80 forward and PyTorch flash (FA2) forward, B=$pb H=$ph S=$ps D=$pd $pm"
+      peer=fa2 peer_args=("${ncu_args[@]}" -k regex:flash_fwd)
+    fi
+    timeout 200 ncu "${ncu_args[@]}" -k regex:fwd_kernel -o "$out/ft-$tag" $bin run -b $pb --heads $ph -s $ps \
+      --head-dim $pd $causal_flag -r 2 --verify-rows 2 --backend cuda-$fwd_family > /dev/null 2>&1 || status=1
+    timeout 200 ncu "${peer_args[@]}" -o "$out/$peer-$tag" python3 -c "$peer_py" > /dev/null 2>&1 || status=1
     ncu_to_text fwd "$tag"
   done
   (cd "$out" && tar cf ncu-fwd.tar ncu-fwd-*-d*-s* && rm -f ncu-fwd-*-d*-s*)
