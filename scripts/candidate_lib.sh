@@ -9,6 +9,8 @@
 # `scripts/gpu_round.sh ab` runs this tree's flashtile tool (and, with AB_TESTS=1, its GPU tests) against this
 # tree's library and then against each candidate's, through LD_LIBRARY_PATH. That needs the candidate to export
 # every library symbol those binaries use, which is checked here.
+# CANDIDATE_TREE=<tree> builds in .candidates/<tree> instead, shared by candidates that differ from each other in
+# a few files: checking out the next ref there rebuilds only the translation units those files reach.
 # Run scripts/device_prepare.sh first: this tree's build is the baseline. Remove a candidate with
 #   git worktree remove .candidates/<name>; rm -r .device/cand-<name>
 set -euo pipefail
@@ -28,7 +30,7 @@ if [ ! -f "$base_lib" ]; then
 fi
 git rev-parse --verify -q "$ref^{commit}" >/dev/null || { echo "candidate_lib: '$ref' is not a commit" >&2; exit 2; }
 
-wt=.candidates/$name
+wt=.candidates/${CANDIDATE_TREE:-$name}
 if [ -d "$wt" ]; then
   git -C "$wt" checkout -q --detach "$ref"
 else
