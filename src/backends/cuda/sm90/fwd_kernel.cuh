@@ -431,15 +431,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       }
     } else if (blk.n_first <= blk.n_last) {
       // Tile n's scores are issued before tile n - 1's P V, and its softmax runs while that P V is on the
-      // tensor cores: S(n) = Q K(n); O += P(n - 1) V(n - 1); wait S(n); softmax(n); wait P V; rescale O; P(n).
+      // tensor cores: S(n) = Q K(n); rescale O by tile n - 1's alpha; O += P(n - 1) V(n - 1); wait S(n);
+      // softmax(n); wait P V; P(n). The rescale sits under S(n)'s product: after P V(n - 1)'s wait the tensor
+      // cores have nothing queued until the next S is issued, so what runs there (P's conversion) is exposed.
       scores_now();
-      c.softmax_tile(blk.n_first * kBlockN, f, alpha);  // O is still zero: no rescale
+      c.softmax_tile(blk.n_first * kBlockN, f, alpha);  // O is still zero: its first rescale changes nothing
       c.make_p();
       for (int n = blk.n_first + 1; n <= blk.n_last; ++n, ++state_k, ++state_v) {
         pipeline_k.consumer_wait(state_k);
         pipeline_v.consumer_wait(state_v);
         my_turn();
         c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
+        c.rescale_o(alpha);
         c.issue_accumulate(sVt(_, _, state_v.index()));
         their_turn();
         c.template wait<1>();  // S(n) is done; P V(n - 1) may still run
@@ -447,9 +450,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         c.softmax_tile(n * kBlockN, f, alpha);
         c.template wait<0>();  // P V(n - 1) is done: P and O are free
         pipeline_v.consumer_release(state_v);
-        c.rescale_o(alpha);
         c.make_p();
       }
+      c.rescale_o(alpha);
       accumulate_now();
     }
     // The epilogue: both warpgroups write O into the tile's Q buffer, then one thread stores the tile by TMA
