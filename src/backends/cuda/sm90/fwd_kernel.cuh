@@ -50,10 +50,14 @@ struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = FwdConfig<kHeadDim>::kBlockN, kStages = FwdConfig<kHeadDim>::kStages;
   static constexpr bool kPersistent = FwdConfig<kHeadDim>::kPersistent;
-  // A persistent CTA double-buffers Q, so the next tile's Q loads while the current tile runs; a CTA of one tile
-  // has one.
-  static constexpr int kQStages = kPersistent ? 2 : 1;
   static constexpr int kConsumers = 2, kBlockM = 64 * kConsumers, kThreads = 128 * (kConsumers + 1);
+  // A persistent CTA double-buffers Q where shared memory allows (under the 227 KB of a Hopper CTA, less 1 KB for
+  // the barriers), so the next tile's Q loads while the current tile runs; otherwise (D = 256: 2 x 64 KB of Q
+  // and 128 KB of K/V) the next Q loads once the current tile's O, staged in its buffer, has been stored. A CTA
+  // of one tile has one.
+  static constexpr int kQBytes = kBlockM * kHeadDim * sizeof(T);
+  static constexpr int kKVBytes = 2 * kStages * kBlockN * kHeadDim * sizeof(T);
+  static constexpr int kQStages = kPersistent && 2 * kQBytes + kKVBytes <= 226 * 1024 ? 2 : 1;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "swizzle atoms span 32 or 64 columns; P V steps 16 keys");
 
   // Q, K and V stored with the head dim contiguous: K-major for S = Q K^T, and V's transposed view (head dim x
@@ -353,7 +357,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     auto mV = p.tma_v.get_tma_tensor(shape_kv);
     using TileM = Shape<Int<kBlockM>, Int<kHeadDim>>;
     using TileN = Shape<Int<kBlockN>, Int<kHeadDim>>;
-    constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(T);
     auto state = cutlass::make_producer_start_state<Pipeline>();
     for_each_tile([&](int tile, int iteration) {
       const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
@@ -368,7 +371,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // A Q buffer is refilled once the consumers are done with the tile before last's (the K/V pipeline runs
       // on ahead).
       if (iteration >= kQStages) cutlass::arch::ClusterBarrier::wait(&smem.q_empty[qs], (iteration / kQStages - 1) % 2);
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full[qs], kQBytes);
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full[qs], Traits::kQBytes);
       copy(p.tma_q.with(smem.q_full[qs]), tQg, tQs);
       for (int n = blk.n_first; n <= blk.n_last; ++n, ++state) {
         pipeline_k.producer_acquire(state);
