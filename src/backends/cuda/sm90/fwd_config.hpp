@@ -13,16 +13,16 @@ namespace flashtile::cuda::sm90 {
 enum Schedule : int { kSerial = 0, kOverlap = 1, kPingPong = 2 };
 
 // kPersistent: one CTA per SM walking many tiles, so that a tile's prologue (Q and the first K/V loads) and
-// epilogue (O's stores) overlap its neighbours': the next tile's Q loads into a second buffer meanwhile. Its
-// loop keeps a few more values live through the main loop, which spills at D = 192 (softcap) and D = 256, so
-// those launch a CTA per tile (the same kernel, whose loop then runs once).
+// epilogue (O's stores) overlap its neighbours': the next tile's Q loads into a second buffer meanwhile where
+// shared memory has room for one (fwd_kernel.cuh, kQStages; not at D = 192 and 256). Otherwise a CTA per tile
+// (the same kernel, whose loop then runs once).
 template <int kHeadDim>
 struct FwdConfig;
 //                     kHeadDim      kBlockN    kStages    kPersistent                            S + O regs    smem
 template <> struct FwdConfig<64>  { static constexpr int kBlockN = 128, kStages = 2; static constexpr bool kPersistent = true; };   //  64 +  32     96 KB
 template <> struct FwdConfig<96>  { static constexpr int kBlockN = 128, kStages = 2; static constexpr bool kPersistent = true; };   //  64 +  48    144 KB
 template <> struct FwdConfig<128> { static constexpr int kBlockN = 128, kStages = 2; static constexpr bool kPersistent = true; };   //  64 +  64    192 KB
-template <> struct FwdConfig<192> { static constexpr int kBlockN = 96, kStages = 2; static constexpr bool kPersistent = false; };   //  48 +  96    192 KB
-template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kStages = 2; static constexpr bool kPersistent = false; };   //  32 + 128    192 KB
+template <> struct FwdConfig<192> { static constexpr int kBlockN = 96, kStages = 2; static constexpr bool kPersistent = true; };   //  48 +  96    192 KB
+template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kStages = 2; static constexpr bool kPersistent = true; };   //  32 + 128    192 KB
 
 }  // namespace flashtile::cuda::sm90

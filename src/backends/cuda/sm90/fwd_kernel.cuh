@@ -50,10 +50,14 @@ struct FwdTraits {
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = FwdConfig<kHeadDim>::kBlockN, kStages = FwdConfig<kHeadDim>::kStages;
   static constexpr bool kPersistent = FwdConfig<kHeadDim>::kPersistent;
-  // A persistent CTA double-buffers Q, so the next tile's Q loads while the current tile runs; a CTA of one tile
-  // has one.
-  static constexpr int kQStages = kPersistent ? 2 : 1;
   static constexpr int kConsumers = 2, kBlockM = 64 * kConsumers, kThreads = 128 * (kConsumers + 1);
+  // A persistent CTA double-buffers Q where shared memory allows (under the 227 KB of a Hopper CTA, less 1 KB for
+  // the barriers), so the next tile's Q loads while the current tile runs; otherwise (D = 256: 2 x 64 KB of Q
+  // and 128 KB of K/V) the next Q loads once the current tile's O, staged in its buffer, has been stored. A CTA
+  // of one tile has one.
+  static constexpr int kQBytes = kBlockM * kHeadDim * sizeof(T);
+  static constexpr int kKVBytes = 2 * kStages * kBlockN * kHeadDim * sizeof(T);
+  static constexpr int kQStages = kPersistent && 2 * kQBytes + kKVBytes <= 226 * 1024 ? 2 : 1;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "swizzle atoms span 32 or 64 columns; P V steps 16 keys");
 
   // Q, K and V stored with the head dim contiguous: K-major for S = Q K^T, and V's transposed view (head dim x
@@ -315,7 +319,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       work(static_cast<int>(blockIdx.x), 0);
     }
   };
-  const int warpgroup = static_cast<int>(threadIdx.x / 128);
+  // Read through a shuffle so that the compiler knows it is the same in every lane of a warp: the consumer's
+  // wgmma descriptors (its Q rows' address) are then built in uniform registers, not moved into them before each
+  // wgmma (R2UR; 230 such moves in the D = 128 SASS without it).
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
 
   if (threadIdx.x == 0) {
     prefetch_tma_descriptor(p.tma_q.get_tma_descriptor());
@@ -350,7 +357,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     auto mV = p.tma_v.get_tma_tensor(shape_kv);
     using TileM = Shape<Int<kBlockM>, Int<kHeadDim>>;
     using TileN = Shape<Int<kBlockN>, Int<kHeadDim>>;
-    constexpr uint32_t kQBytes = kBlockM * kHeadDim * sizeof(T);
     auto state = cutlass::make_producer_start_state<Pipeline>();
     for_each_tile([&](int tile, int iteration) {
       const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
@@ -365,7 +371,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       // A Q buffer is refilled once the consumers are done with the tile before last's (the K/V pipeline runs
       // on ahead).
       if (iteration >= kQStages) cutlass::arch::ClusterBarrier::wait(&smem.q_empty[qs], (iteration / kQStages - 1) % 2);
-      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full[qs], kQBytes);
+      cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full[qs], Traits::kQBytes);
       copy(p.tma_q.with(smem.q_full[qs]), tQg, tQs);
       for (int n = blk.n_first; n <= blk.n_last; ++n, ++state) {
         pipeline_k.producer_acquire(state);
@@ -431,15 +437,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       }
     } else if (blk.n_first <= blk.n_last) {
       // Tile n's scores are issued before tile n - 1's P V, and its softmax runs while that P V is on the
-      // tensor cores: S(n) = Q K(n); O += P(n - 1) V(n - 1); wait S(n); softmax(n); wait P V; rescale O; P(n).
+      // tensor cores: S(n) = Q K(n); rescale O by tile n - 1's alpha; O += P(n - 1) V(n - 1); wait S(n);
+      // softmax(n); wait P V; P(n). The rescale sits under S(n)'s product: after P V(n - 1)'s wait the tensor
+      // cores have nothing queued until the next S is issued, so what runs there (P's conversion) is exposed.
       scores_now();
-      c.softmax_tile(blk.n_first * kBlockN, f, alpha);  // O is still zero: no rescale
+      c.softmax_tile(blk.n_first * kBlockN, f, alpha);  // O is still zero: its first rescale changes nothing
       c.make_p();
       for (int n = blk.n_first + 1; n <= blk.n_last; ++n, ++state_k, ++state_v) {
         pipeline_k.consumer_wait(state_k);
         pipeline_v.consumer_wait(state_v);
         my_turn();
         c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
+        c.rescale_o(alpha);
         c.issue_accumulate(sVt(_, _, state_v.index()));
         their_turn();
         c.template wait<1>();  // S(n) is done; P V(n - 1) may still run
@@ -447,9 +456,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         c.softmax_tile(n * kBlockN, f, alpha);
         c.template wait<0>();  // P V(n - 1) is done: P and O are free
         pipeline_v.consumer_release(state_v);
-        c.rescale_o(alpha);
         c.make_p();
       }
+      c.rescale_o(alpha);
       accumulate_now();
     }
     // The epilogue: both warpgroups write O into the tile's Q buffer, then one thread stores the tile by TMA
