@@ -108,11 +108,12 @@ if want smallsmem; then  # the backward's rows for smaller GPUs, on this one wit
 fi
 
 if want sanitize; then  # a small subset of each GPU suite under every compute-sanitizer tool
-  for tool in memcheck racecheck initcheck synccheck; do
-    # forward-sm80: the forward subset on the sm80 kernels only (racecheck of the sm90 forward's tests runs past
-    # 150 s; the sm80 ones take seconds)
+  for tool in ${SANITIZE_TOOLS:-memcheck racecheck initcheck synccheck}; do  # SANITIZE_TOOLS: a subset
+    # forward-sm80 / forward-sm90: the forward subset on one kernel family (racecheck of the sm90 forward's tests
+    # runs past 150 s; the sm80 ones take seconds)
     for spec in "forward:*RowsWithNoVisibleKey*:*EmptyProblems*" \
-      "forward-sm80:*RowsWithNoVisibleKey*/sm80:*EmptyProblems*/sm80" "backward:*RowsAndKeysNobodySees*"; do
+      "forward-sm80:*RowsWithNoVisibleKey*/sm80:*EmptyProblems*/sm80" \
+      "forward-sm90:*RowsWithNoVisibleKey*/sm90:*EmptyProblems*/sm90" "backward:*RowsAndKeysNobodySees*"; do
       suite=${spec%%:*}
       [[ " ${SANITIZE_SUITES:-forward backward} " == *" $suite "* ]] || continue
       echo "== compute-sanitizer --tool $tool ($suite)"
