@@ -14,21 +14,6 @@ __device__ __forceinline__ float quad_sum(float x) {
   return x + __shfl_xor_sync(0xffffffffu, x, 2);
 }
 
-// v[0] = op over v[0..kWidth), as a tree of depth log2(kWidth) rather than a chain of kWidth dependent operations:
-// a thread's share of a score row is 16 values at kBlockN = 128, and each FMNMX or FADD of a chain waits out the
-// latency of the one before it.
-template <int kWidth, class Op>
-__device__ __forceinline__ float tree_reduce(float* v, Op op) {
-  if constexpr (kWidth > 1) {
-    constexpr int kHalf = (kWidth + 1) / 2;
-#pragma unroll
-    for (int m = 0; m < kWidth / 2; ++m) v[m] = op(v[m], v[m + kHalf]);
-    return tree_reduce<kHalf>(v, op);
-  } else {
-    return v[0];
-  }
-}
-
 // 2^x on the special-function unit (relative error ~2^-22; exact 0 for -inf). exp2f without fast math adds
 // instructions for denormal results, which a probability that small does not need.
 __device__ __forceinline__ float exp2_approx(float x) {

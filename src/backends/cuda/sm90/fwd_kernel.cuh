@@ -39,6 +39,7 @@
 #include "backends/cuda/fwd_tile_order.cuh"
 #include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm90/fwd_config.hpp"
+#include "backends/cuda/tree_reduce.cuh"
 #include "backends/cuda/visible_keys.hpp"
 
 namespace flashtile::cuda::sm90 {
