@@ -39,6 +39,7 @@
 #include "backends/cuda/fwd_tile_order.cuh"
 #include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm90/fwd_config.hpp"
+#include "backends/cuda/tree_reduce.cuh"
 #include "backends/cuda/visible_keys.hpp"
 
 namespace flashtile::cuda::sm90 {
@@ -214,23 +215,27 @@ struct Consumer {
       if (kMasked) x = visible[(i / 2) % 2].sees(get<1>(tScS(i)) - get<1>(tScS(0))) ? x : -INFINITY;
       tSrS(i) = x;
     }
+    // Row hr's elements are i = 2 hr + 4 m + {0, 1}, one pair per 8-key block m; max and sum reduce the pairs
+    // in a tree (tree_reduce).
+    constexpr int kPairs = kBlockN / 8;
     CUTE_UNROLL
     for (int hr = 0; hr < 2; ++hr) {
-      float mx = row_max[hr];
+      float part[kPairs];
       CUTE_UNROLL
-      for (int i = 2 * hr; i < size(tSrS); i += 4) mx = fmaxf(mx, fmaxf(tSrS(i), tSrS(i + 1)));
-      mx = quad_max(mx);
+      for (int m = 0; m < kPairs; ++m) part[m] = fmaxf(tSrS(2 * hr + 4 * m), tSrS(2 * hr + 4 * m + 1));
+      const float part_max = tree_reduce<kPairs>(part, [](float a, float b) { return fmaxf(a, b); });
+      const float mx = quad_max(fmaxf(row_max[hr], part_max));
       const float shift = mx == -INFINITY ? 0.0f : mx * f.scale_log2;  // a row with no key yet
       alpha[hr] = exp2_approx(row_max[hr] * f.scale_log2 - shift);
       row_max[hr] = mx;
-      float sum = 0.0f;
       CUTE_UNROLL
-      for (int i = 2 * hr; i < size(tSrS); i += 4) {
+      for (int m = 0; m < kPairs; ++m) {
+        const int i = 2 * hr + 4 * m;
         tSrS(i) = exp2_approx(fmaf(tSrS(i), f.scale_log2, -shift));
         tSrS(i + 1) = exp2_approx(fmaf(tSrS(i + 1), f.scale_log2, -shift));
-        sum += tSrS(i) + tSrS(i + 1);
+        part[m] = tSrS(i) + tSrS(i + 1);
       }
-      row_sum[hr] = row_sum[hr] * alpha[hr] + sum;
+      row_sum[hr] = row_sum[hr] * alpha[hr] + tree_reduce<kPairs>(part, [](float a, float b) { return a + b; });
     }
   }
 
