@@ -515,28 +515,26 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         epilogue(c, tile, qs, blk.row0, inv, lse);
         return;
       }
-      // One branch holds every step between the P V's issue and its wait: ptxas cannot tell that two tests of
-      // prev_tile agree, and with the wait in a second one it serialized the kernel's wgmma (C7513).
+      pipeline_k.consumer_wait(state_k);
+      c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
       if (prev_tile >= 0) {  // the previous tile's last P V, behind this tile's first S
-        pipeline_k.consumer_wait(state_k);
-        c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
         c.finish_rows(f, prev_inv, prev_lse);
         c.rescale_o(alpha);
         pipeline_v.consumer_wait(state_v);
         c.issue_accumulate(sVt(_, _, state_v.index()));
         c.template wait<1>();  // S is done; the P V may still run
-        pipeline_k.consumer_release(state_k);
-        ++state_k;
-        c.start_tile(blk.row0 + 64 * consumer);
-        c.softmax_tile(blk.n_first * kBlockN, f, alpha);
+      } else {
+        c.template wait<0>();
+      }
+      pipeline_k.consumer_release(state_k);
+      ++state_k;
+      c.start_tile(blk.row0 + 64 * consumer);
+      c.softmax_tile(blk.n_first * kBlockN, f, alpha);
+      if (prev_tile >= 0) {
         c.template wait<0>();
         pipeline_v.consumer_release(state_v);
         ++state_v;
         epilogue(c, prev_tile, prev_qs, prev_row0, prev_inv, prev_lse);
-      } else {  // the CTA's first tile
-        scores_now(c, sQ_wg);
-        c.start_tile(blk.row0 + 64 * consumer);
-        c.softmax_tile(blk.n_first * kBlockN, f, alpha);
       }
       c.clear_o();
       c.make_p();
