@@ -196,7 +196,7 @@ struct Consumer {
   // P = exp2(S * scale_log2 - max) in place in S, the running sums, and in alpha the factor O must be scaled by
   // for the change of the running max (rescale_o, once no product writes O any more).
   template <bool kMasked>
-  __device__ __forceinline__ void softmax(int col0, const FwdKernelParams& f, float (&alpha)[2]) {
+  __device__ void softmax(int col0, const FwdKernelParams& f, float (&alpha)[2]) {
     using namespace cute;
     auto tScS = thr_qk.partition_C(make_identity_tensor(Shape<_64, Int<kBlockN>>{}));
     // Each of this thread's two rows (elements with (i / 2) % 2 == hr) tests its elements against the keys it
@@ -241,7 +241,7 @@ struct Consumer {
 
   // The mask only where the tile needs it: a runtime test inside softmax would be if-converted into predicated
   // instructions on every tile (as it was in the sm80 kernel, docs/perf-log.md v6).
-  __device__ __forceinline__ void softmax_tile(int col0, const FwdKernelParams& f, float (&alpha)[2]) {
+  __device__ void softmax_tile(int col0, const FwdKernelParams& f, float (&alpha)[2]) {
     const int last_row = min(first_row + 63, f.seqlen_q - 1);  // the warpgroup's last real row
     const bool full_tile = last_row + f.key_offset - f.window_left <= col0 &&
                            first_row + f.key_offset + f.window_right >= col0 + kBlockN - 1 &&
@@ -275,22 +275,13 @@ struct Consumer {
     }
   }
 
-  // A new tile of 64 rows from first_row_: no key seen yet (O is cleared separately: the carried schedule
-  // still holds the previous tile's O at this point).
-  __device__ void start_tile(int first_row_) {
-    first_row = first_row_;
-    row_max[0] = row_max[1] = -INFINITY;
-    row_sum[0] = row_sum[1] = 0.0f;
-  }
-  __device__ void clear_o() { cute::clear(tOrO); }
-
   // The epilogue's first half: O / l into this warpgroup's 64 rows of sO (the tile's Q buffer, which no product
   // reads any more), in T, for the TMA store (fwd_kernel); the LSE to global memory.
-  // inv and lse: the rows' 1 / l and LSE (finish_rows); tile_first_row: the tile's first row of this warpgroup.
   template <class SmemO>
-  __device__ void stage_o(const SmemO& sO, const FwdKernelParams& f, int b, int h, const float (&inv)[2],
-                          const float (&lse)[2], int tile_first_row) {
+  __device__ void stage_o(const SmemO& sO, const FwdKernelParams& f, int b, int h) {
     using namespace cute;
+    float inv[2], lse[2];
+    finish_rows(f, inv, lse);
     auto tOsO = thr_pv.partition_C(sO);  // the accumulator's partition, so element i is tOrO(i)'s place
     CUTE_UNROLL
     for (int i = 0; i < size(tOrO); i += 2) {  // i and i + 1: adjacent columns, adjacent in the swizzled tile
@@ -303,7 +294,7 @@ struct Consumer {
     auto tOcO = thr_pv.partition_C(make_identity_tensor(Shape<_64, Int<kHeadDim>>{}));
     CUTE_UNROLL
     for (int i = 0; i < size(tOrO); i += 2) {
-      const int row = tile_first_row + get<0>(tOcO(i));
+      const int row = first_row + get<0>(tOcO(i));
       if (row < f.seqlen_q && get<1>(tOcO(i)) == 0)  // the quad's first thread writes its rows' LSE
         f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] = lse[(i / 2) % 2];
     }
@@ -326,7 +317,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   // The CTA's tiles, with their count so far (which Q buffer, and its barriers' phase). Persistent: the snake
   // of fwd_tile_order.cuh. Otherwise blockIdx.x alone, compiled without the loop (it costs D = 256 registers it
   // does not have).
-  auto for_each_tile = [&](auto&& work) __attribute__((always_inline)) {
+  auto for_each_tile = [&](auto&& work) {
     if constexpr (Traits::kPersistent) {
       for_each_persistent_tile(f, work);
     } else {
@@ -372,7 +363,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     using TileM = Shape<Int<kBlockM>, Int<kHeadDim>>;
     using TileN = Shape<Int<kBlockN>, Int<kHeadDim>>;
     auto state = cutlass::make_producer_start_state<Pipeline>();
-    for_each_tile([&](int tile, int iteration) __attribute__((always_inline)) {
+    for_each_tile([&](int tile, int iteration) {
       const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
       const int qs = iteration % kQStages;
       auto gQ = local_tile(mQ(_, _, blk.h, blk.b), TileM{}, make_coord(blk.row0 / kBlockM, 0));  // (M, D)
@@ -415,65 +406,79 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     if constexpr (kTakeTurns) asm volatile("bar.arrive %0, %1;\n" ::"r"(2 - consumer), "n"(kTurnThreads));
   };
   if (consumer == 1) their_turn();
-  using TileConsumer = Consumer<Traits, kSoftcap>;
-  // One tile's product, issued and waited for, with its stage released: the steps that nothing overlaps.
-  auto scores_now = [&](TileConsumer& c, const auto& sQ_wg) __attribute__((always_inline)) {
-    pipeline_k.consumer_wait(state_k);
-    my_turn();
-    c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
-    their_turn();
-    c.template wait<0>();
-    pipeline_k.consumer_release(state_k);
-    ++state_k;
-  };
-  auto accumulate_now = [&](TileConsumer& c) __attribute__((always_inline)) {
-    pipeline_v.consumer_wait(state_v);
-    my_turn();
-    c.issue_accumulate(sVt(_, _, state_v.index()));
-    their_turn();
-    c.template wait<0>();
-    pipeline_v.consumer_release(state_v);
-    ++state_v;
-  };
-  // Key tiles n_first + 1 .. n_last of a tile whose first tile's P is made: tile n's scores are issued before tile
-  // n - 1's P V, and its softmax runs while that P V is on the tensor cores: S(n) = Q K(n); rescale O by tile
-  // n - 1's alpha; O += P(n - 1) V(n - 1); wait S(n); softmax(n); wait P V; P(n). The rescale sits under S(n)'s
-  // product: after P V(n - 1)'s wait the tensor cores have nothing queued until the next S is issued, so what
-  // runs there (P's conversion) is exposed. The last P V is left to the caller.
-  auto overlapped_keys = [&](TileConsumer& c, const auto& sQ_wg, const CtaBlock& blk, float (&alpha)[2])
-      __attribute__((always_inline)) {
-    for (int n = blk.n_first + 1; n <= blk.n_last; ++n, ++state_k, ++state_v) {
+  for_each_tile([&](int tile, int iteration) {
+    const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
+    Consumer<Traits, kSoftcap> c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
+    const int qs = iteration % kQStages;
+    auto sQ_wg = local_tile(sQ(_, _, qs), Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0));  // this warpgroup's rows
+    cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[qs], (iteration / kQStages) % 2);
+    float alpha[2];
+    // One tile's product, issued and waited for, with its stage released: the steps that nothing overlaps.
+    auto scores_now = [&] {
       pipeline_k.consumer_wait(state_k);
-      pipeline_v.consumer_wait(state_v);
       my_turn();
       c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
-      c.rescale_o(alpha);
+      their_turn();
+      c.template wait<0>();
+      pipeline_k.consumer_release(state_k);
+      ++state_k;
+    };
+    auto accumulate_now = [&] {
+      pipeline_v.consumer_wait(state_v);
+      my_turn();
       c.issue_accumulate(sVt(_, _, state_v.index()));
       their_turn();
-      c.template wait<1>();  // S(n) is done; P V(n - 1) may still run
-      pipeline_k.consumer_release(state_k);
-      c.softmax_tile(n * kBlockN, f, alpha);
-      c.template wait<0>();  // P V(n - 1) is done: P and O are free
+      c.template wait<0>();
       pipeline_v.consumer_release(state_v);
+      ++state_v;
+    };
+    if constexpr (kSchedule == Schedule::kSerial) {  // each tile's products and softmax in turn
+      for (int n = blk.n_first; n <= blk.n_last; ++n) {
+        scores_now();
+        c.softmax_tile(n * kBlockN, f, alpha);
+        c.rescale_o(alpha);
+        c.make_p();
+        accumulate_now();
+      }
+    } else if (blk.n_first <= blk.n_last) {
+      // Tile n's scores are issued before tile n - 1's P V, and its softmax runs while that P V is on the
+      // tensor cores: S(n) = Q K(n); rescale O by tile n - 1's alpha; O += P(n - 1) V(n - 1); wait S(n);
+      // softmax(n); wait P V; P(n). The rescale sits under S(n)'s product: after P V(n - 1)'s wait the tensor
+      // cores have nothing queued until the next S is issued, so what runs there (P's conversion) is exposed.
+      scores_now();
+      c.softmax_tile(blk.n_first * kBlockN, f, alpha);  // O is still zero: its first rescale changes nothing
       c.make_p();
+      for (int n = blk.n_first + 1; n <= blk.n_last; ++n, ++state_k, ++state_v) {
+        pipeline_k.consumer_wait(state_k);
+        pipeline_v.consumer_wait(state_v);
+        my_turn();
+        c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
+        c.rescale_o(alpha);
+        c.issue_accumulate(sVt(_, _, state_v.index()));
+        their_turn();
+        c.template wait<1>();  // S(n) is done; P V(n - 1) may still run
+        pipeline_k.consumer_release(state_k);
+        c.softmax_tile(n * kBlockN, f, alpha);
+        c.template wait<0>();  // P V(n - 1) is done: P and O are free
+        pipeline_v.consumer_release(state_v);
+        c.make_p();
+      }
+      c.rescale_o(alpha);
+      accumulate_now();
     }
-  };
-  // The epilogue of a tile (Q buffer qs, rows from row0): both warpgroups write O into the tile's Q buffer, then
-  // one thread stores the tile by TMA (rows past the sequence end and columns past the head dim are clipped by
-  // the descriptor) and waits only until the buffer has been read, and the consumers go on while the writes
-  // land. The Q buffer is released (q_empty) once that read is done: the barrier completes on the storing
-  // thread's arrival, the last. The batch and head again from the tile number rather than kept live through the
-  // loop: at D = 256 the registers are that tight.
-  auto epilogue = [&](TileConsumer& c, int tile, int qs, int row0, const float (&inv)[2], const float (&lse)[2])
-      __attribute__((always_inline)) {
+    // The epilogue: both warpgroups write O into the tile's Q buffer, then one thread stores the tile by TMA
+    // (rows past the sequence end and columns past the head dim are clipped by the descriptor) and waits only
+    // until the buffer has been read, and the consumers go on to the next tile while the writes land. The Q
+    // buffer is released (q_empty) once that read is done: the barrier completes on the storing thread's
+    // arrival, the last. The batch and head again from the tile number rather than kept live through the
+    // loop: at D = 256 the registers are that tight.
     const int bh = CtaBlock::bh_of(f, tile, f.heavy_first), b = bh / f.heads_q, h = bh % f.heads_q;
-    auto sO_wg = local_tile(sQ(_, _, qs), Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0));
-    c.stage_o(sO_wg, f, b, h, inv, lse, row0 + 64 * consumer);
+    c.stage_o(sQ_wg, f, b, h);
     cutlass::arch::fence_view_async_shared();  // the generic-proxy writes above, visible to the TMA unit
     asm volatile("bar.sync %0, %1;\n" ::"n"(kEpilogueBarrier), "n"(Traits::kConsumers * 128));
     if (threadIdx.x == 128) {
       auto mO = p.tma_o.get_tma_tensor(make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch));
-      auto gO = local_tile(mO(_, _, h, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(row0 / kBlockM, 0));
+      auto gO = local_tile(mO(_, _, h, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(blk.row0 / kBlockM, 0));
       auto [tOg, tOs] =
           tma_partition(p.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ(_, _, qs)), group_modes<0, 2>(gO));
       copy(p.tma_o, tOs, tOg);
@@ -481,96 +486,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       tma_store_wait<0>();  // the buffer has been read; the global writes may still be in flight
     }
     cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[qs]);
-  };
-  // this warpgroup's rows of Q buffer qs
-  auto q_rows = [&](int qs) { return local_tile(sQ(_, _, qs), Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0)); };
-
-  // kCarry (the library's schedule where Q has two buffers): a tile's last P V and its epilogue wait until the
-  // next tile's first S has been issued, so that the next tile's first softmax runs while that P V is on the
-  // tensor cores and the epilogue's stores while its first S is; otherwise both sit in every tile's prologue and
-  // epilogue with nothing else queued (~15% of a tile at S = 512). The next tile's Q is already in the other
-  // buffer, where the previous tile's O is staged.
-  constexpr bool kCarry = kSchedule == Schedule::kOverlap && Traits::kQStages == 2;
-  if constexpr (kCarry) {
-    TileConsumer c(static_cast<int>(threadIdx.x % 128), 0);
-    float alpha[2];
-    int prev_tile = -1, prev_qs = 0, prev_row0 = 0;  // the tile whose last P V and epilogue are pending; -1: none
-    float prev_inv[2], prev_lse[2];
-    auto finish_prev = [&]() __attribute__((always_inline)) {  // its last P V and epilogue, nothing under them
-      c.finish_rows(f, prev_inv, prev_lse);
-      c.rescale_o(alpha);
-      accumulate_now(c);
-      epilogue(c, prev_tile, prev_qs, prev_row0, prev_inv, prev_lse);
-      prev_tile = -1;
-    };
-    for_each_tile([&](int tile, int iteration) __attribute__((always_inline)) {
-      const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
-      const int qs = iteration % kQStages;
-      const auto sQ_wg = q_rows(qs);
-      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[qs], (iteration / kQStages) % 2);
-      if (!blk.has_keys()) {  // no key for any row: O = 0, LSE = -inf
-        if (prev_tile >= 0) finish_prev();
-        c.clear_o();
-        const float inv[2] = {0.0f, 0.0f}, lse[2] = {-INFINITY, -INFINITY};
-        epilogue(c, tile, qs, blk.row0, inv, lse);
-        return;
-      }
-      pipeline_k.consumer_wait(state_k);
-      c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
-      if (prev_tile >= 0) {  // the previous tile's last P V, behind this tile's first S
-        c.finish_rows(f, prev_inv, prev_lse);
-        c.rescale_o(alpha);
-        pipeline_v.consumer_wait(state_v);
-        c.issue_accumulate(sVt(_, _, state_v.index()));
-        c.template wait<1>();  // S is done; the P V may still run
-      } else {
-        c.template wait<0>();
-      }
-      pipeline_k.consumer_release(state_k);
-      ++state_k;
-      c.start_tile(blk.row0 + 64 * consumer);
-      c.softmax_tile(blk.n_first * kBlockN, f, alpha);
-      if (prev_tile >= 0) {
-        c.template wait<0>();
-        pipeline_v.consumer_release(state_v);
-        ++state_v;
-        epilogue(c, prev_tile, prev_qs, prev_row0, prev_inv, prev_lse);
-      }
-      c.clear_o();
-      c.make_p();
-      overlapped_keys(c, sQ_wg, blk, alpha);
-      prev_tile = tile, prev_qs = qs, prev_row0 = blk.row0;
-    });
-    if (prev_tile >= 0) finish_prev();
-  } else {
-    for_each_tile([&](int tile, int iteration) __attribute__((always_inline)) {
-      const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
-      TileConsumer c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
-      const int qs = iteration % kQStages;
-      const auto sQ_wg = q_rows(qs);
-      cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[qs], (iteration / kQStages) % 2);
-      float alpha[2];
-      if constexpr (kSchedule == Schedule::kSerial) {  // each tile's products and softmax in turn
-        for (int n = blk.n_first; n <= blk.n_last; ++n) {
-          scores_now(c, sQ_wg);
-          c.softmax_tile(n * kBlockN, f, alpha);
-          c.rescale_o(alpha);
-          c.make_p();
-          accumulate_now(c);
-        }
-      } else if (blk.has_keys()) {
-        scores_now(c, sQ_wg);
-        c.softmax_tile(blk.n_first * kBlockN, f, alpha);  // O is still zero: its first rescale changes nothing
-        c.make_p();
-        overlapped_keys(c, sQ_wg, blk, alpha);
-        c.rescale_o(alpha);
-        accumulate_now(c);
-      }
-      float inv[2], lse[2];
-      c.finish_rows(f, inv, lse);
-      epilogue(c, tile, qs, blk.row0, inv, lse);
-    });
-  }
+  });
 #endif
 }
 
