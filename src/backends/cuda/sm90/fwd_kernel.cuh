@@ -2,15 +2,17 @@
 //   - persistent (fwd_config.hpp): one CTA per SM walks the tiles (query block of 128 rows, batch x head) in
 //     rounds of gridDim.x, snaking (for_each_tile); tiles run head by head when every tile has the same work
 //     (the CTAs at work at one time share a few heads' K and V in L2), longest first under a mask (CtaBlock).
-//     A CTA's producer loads the next tile's Q (into a second buffer) and first K/V tiles while its consumers
-//     finish the current one, so a tile's prologue and epilogue overlap its neighbours' (a fresh CTA per
-//     tile would expose them: one CTA fills an SM's registers);
+//     A CTA's producer loads the next tile's first K/V tiles, and its Q where a second Q buffer fits (D <= 128;
+//     at D = 192 and 256 once the current tile's O has left the one buffer), while its consumers finish the
+//     current tile, so a tile's prologue and epilogue overlap its neighbours' (a fresh CTA per tile would
+//     expose them: one CTA fills an SM's registers);
 //   - warp specialization: warpgroup 0 is the producer. It gives its registers away (setmaxnreg) and one
 //     thread issues every copy: Q once, then K and V tiles by TMA into a kStages-deep mbarrier pipeline
 //     (cutlass::PipelineTmaAsync), K/V for GQA from head h / group;
 //   - warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T on wgmma from shared memory, the online
-//     softmax in registers (exp2, the scale folded into one FMA, the rescale of O when the max moves and one
-//     division per row at the end), then O += P V on wgmma with P taken from registers. Each tile's scores are
+//     softmax in registers (exp2, the scale folded into one FMA, each row's max and sum reduced in a tree, O
+//     rescaled under the next product, one division per row at the end), then O += P V on wgmma with P taken
+//     from registers. Each tile's scores are
 //     issued before the previous tile's P V, so its softmax runs while the tensor cores work (kOverlap; the
 //     harness also measures kPingPong, the two warpgroups taking turns at issuing their products);
 //   - masks (causal, sliding window, the sequence end) only on tiles that need them; softcap before the mask;
