@@ -20,7 +20,14 @@ cd "$(dirname "$0")/.."
 # CUTLASS headers from PyPI, unpacked into .deps/ (ignored by git), shared by every build here (pip's isolated
 # wheel build cannot fetch them itself); $cutlass is their include directory.
 source scripts/device_options.sh
-scripts/setup.sh build-device "${device_cmake_args[@]}" "$@"
+mkdir -p build-device
+scripts/setup.sh build-device "${device_cmake_args[@]}" "$@" 2>&1 | tee build-device/prepare.log
+# ptxas's C7513 (an info line) says a kernel's wgmma were serialized: stop before timing such a build.
+if grep -q "C7513" build-device/prepare.log; then
+  echo "device_prepare: ptxas serialized wgmma (C7513) in:" >&2
+  grep "C7513" build-device/prepare.log | sed -E 's/.*function .([A-Za-z0-9_]+).*/  \1/' | sort -u >&2
+  exit 1
+fi
 # The GPU test binaries (tests/backends/cuda), linked against the library above.
 for t in forward backward; do
   g++ -std=c++20 -O2 -fopenmp "tests/backends/cuda/${t}_test.cpp" -Isrc -Iinclude -Itests \
