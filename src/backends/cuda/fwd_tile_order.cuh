@@ -106,19 +106,19 @@ inline bool heavy_first_order(const FwdKernelParams& f, int ctas) {
   // The count below walks every tile twice (~20 us a call at 4096 tiles, ~160 us at 32768 on one core: more than
   // the kernel takes at S = 512). Calls in a training or inference loop repeat their shape, so each thread keeps
   // the last answer with what it depends on: the tile count, the CTAs and each query block's K/V tiles.
-  struct Shape {
+  struct BalanceKey {
     int m_blocks, batch, heads_q, seqlen_q, seqlen_k, key_offset, window_left, window_right, ctas;
-    bool operator==(const Shape& o) const {
+    bool operator==(const BalanceKey& o) const {
       return m_blocks == o.m_blocks && batch == o.batch && heads_q == o.heads_q && seqlen_q == o.seqlen_q &&
              seqlen_k == o.seqlen_k && key_offset == o.key_offset && window_left == o.window_left &&
              window_right == o.window_right && ctas == o.ctas;
     }
   };
-  const Shape shape{f.m_blocks,   f.batch,       f.heads_q,      f.seqlen_q, f.seqlen_k,
-                    f.key_offset, f.window_left, f.window_right, ctas};
-  thread_local Shape last_shape{};
+  const BalanceKey key{f.m_blocks,   f.batch,       f.heads_q,      f.seqlen_q, f.seqlen_k,
+                       f.key_offset, f.window_left, f.window_right, ctas};
+  thread_local BalanceKey last_key{};
   thread_local bool last_answer = false, has_last = false;
-  if (has_last && last_shape == shape) return last_answer;
+  if (has_last && last_key == key) return last_answer;
   // A tile's work depends only on its query block.
   std::vector<int> block_tiles(f.m_blocks);
   for (int m = 0; m < f.m_blocks; ++m) {
@@ -137,7 +137,7 @@ inline bool heavy_first_order(const FwdKernelParams& f, int ctas) {
     return *std::max_element(load.begin(), load.end());
   };
   last_answer = busiest(false) > kImbalanceMargin * busiest(true);
-  last_shape = shape, has_last = true;
+  last_key = key, has_last = true;
   return last_answer;
 }
 

@@ -1,6 +1,6 @@
 // The sm90 forward kernel (H100, H200): the FlashAttention-2 schedule on Hopper's machinery.
-//   - persistent (fwd_config.hpp): one CTA per SM walks the tiles (query block of 128 rows, batch x head) in
-//     rounds of gridDim.x, snaking (for_each_tile); tiles run head by head when every tile has the same work
+//   - persistent: one CTA per SM walks the tiles (query block of 128 rows, batch x head) in
+//     rounds of gridDim.x, snaking (for_each_persistent_tile); tiles run head by head when every tile has the same work
 //     (the CTAs at work at one time share a few heads' K and V in L2), longest first under a mask (CtaBlock).
 //     A CTA's producer loads the next tile's first K/V tiles, and its Q where a second Q buffer fits (D <= 128;
 //     at D = 192 and 256 once the current tile's O has left the one buffer), while its consumers finish the
@@ -12,9 +12,9 @@
 //   - warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T on wgmma from shared memory, the online
 //     softmax in registers (exp2, the scale folded into one FMA, each row's max and sum reduced in a tree, O
 //     rescaled under the next product, one division per row at the end), then O += P V on wgmma with P taken
-//     from registers. Each tile's scores are
-//     issued before the previous tile's P V, so its softmax runs while the tensor cores work (kOverlap; the
-//     harness also measures kPingPong, the two warpgroups taking turns at issuing their products);
+//     from registers. Each tile's scores are issued before the previous tile's P V, so its softmax runs while
+//     the tensor cores work (kOverlap; the harness also measures kPingPong, the two warpgroups taking turns at
+//     issuing their products);
 //   - masks (causal, sliding window, the sequence end) only on tiles that need them; softcap before the mask;
 //     tiles the mask hides entirely are never loaded;
 //   - the epilogue writes O into the tile's Q buffer and stores it by TMA, so the consumers start the next tile
@@ -52,15 +52,13 @@ struct FwdTraits {
   using Element = T;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = FwdConfig<kHeadDim>::kBlockN, kStages = FwdConfig<kHeadDim>::kStages;
-  static constexpr bool kPersistent = FwdConfig<kHeadDim>::kPersistent;
   static constexpr int kConsumers = 2, kBlockM = 64 * kConsumers, kThreads = 128 * (kConsumers + 1);
-  // A persistent CTA double-buffers Q where shared memory allows (under the 227 KB of a Hopper CTA, less 1 KB for
-  // the barriers), so the next tile's Q loads while the current tile runs; otherwise (D = 256: 2 x 64 KB of Q
-  // and 128 KB of K/V) the next Q loads once the current tile's O, staged in its buffer, has been stored. A CTA
-  // of one tile has one.
+  // The CTA double-buffers Q where shared memory allows (under the 227 KB of a Hopper CTA, less 1 KB for the
+  // barriers), so the next tile's Q loads while the current tile runs; otherwise (D = 192 and 256: 2 x 64 KB of
+  // Q and 128 KB of K/V at 256) the next Q loads once the current tile's O, staged in its buffer, has been stored.
   static constexpr int kQBytes = kBlockM * kHeadDim * sizeof(T);
   static constexpr int kKVBytes = 2 * kStages * kBlockN * kHeadDim * sizeof(T);
-  static constexpr int kQStages = kPersistent && 2 * kQBytes + kKVBytes <= 226 * 1024 ? 2 : 1;
+  static constexpr int kQStages = 2 * kQBytes + kKVBytes <= 226 * 1024 ? 2 : 1;
   static_assert(kHeadDim % 32 == 0 && kBlockN % 16 == 0, "swizzle atoms span 32 or 64 columns; P V steps 16 keys");
 
   // Q, K and V stored with the head dim contiguous: K-major for S = Q K^T, and V's transposed view (head dim x
@@ -316,16 +314,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
   const FwdKernelParams& f = p.f;
-  // The CTA's tiles, with their count so far (which Q buffer, and its barriers' phase). Persistent: the snake
-  // of fwd_tile_order.cuh. Otherwise blockIdx.x alone, compiled without the loop (it costs D = 256 registers it
-  // does not have).
-  auto for_each_tile = [&](auto&& work) {
-    if constexpr (Traits::kPersistent) {
-      for_each_persistent_tile(f, work);
-    } else {
-      work(static_cast<int>(blockIdx.x), 0);
-    }
-  };
   // Read through a shuffle so that the compiler knows it is the same in every lane of a warp: the consumer's
   // wgmma descriptors (its Q rows' address) are then built in uniform registers, not moved into them before each
   // wgmma (R2UR; 230 such moves in the D = 128 SASS without it).
@@ -365,7 +353,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     using TileM = Shape<Int<kBlockM>, Int<kHeadDim>>;
     using TileN = Shape<Int<kBlockN>, Int<kHeadDim>>;
     auto state = cutlass::make_producer_start_state<Pipeline>();
-    for_each_tile([&](int tile, int iteration) {
+    // the CTA's tiles (the snake of fwd_tile_order.cuh), with their count so far: which Q buffer, and its phase
+    for_each_persistent_tile(f, [&](int tile, int iteration) {
       const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
       const int qs = iteration % kQStages;
       auto gQ = local_tile(mQ(_, _, blk.h, blk.b), TileM{}, make_coord(blk.row0 / kBlockM, 0));  // (M, D)
@@ -408,7 +397,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     if constexpr (kTakeTurns) asm volatile("bar.arrive %0, %1;\n" ::"r"(2 - consumer), "n"(kTurnThreads));
   };
   if (consumer == 1) their_turn();
-  for_each_tile([&](int tile, int iteration) {
+  for_each_persistent_tile(f, [&](int tile, int iteration) {
     const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
     Consumer<Traits, kSoftcap> c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
     const int qs = iteration % kQStages;

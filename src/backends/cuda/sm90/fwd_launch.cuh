@@ -42,24 +42,19 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   if (no_keys)
     for (int d = 0; d < 3; ++d) k_stride[d] = v_stride[d] = q_stride[d];
   const auto kv_layout = cute::take<0, 2>(typename Traits::SmemLayoutKV{});
-  // Persistent: one CTA per SM (the kernel's registers allow no more), each walking its share of the tiles in
-  // rounds (fwd_kernel.cuh, for_each_tile); otherwise a CTA per tile, in the same order, which the hardware
-  // hands out in turn. The order (head by head or longest first) is the one that balances the CTAs' work
-  // (fwd_tile_order.cuh): under a causal mask the persistent grid once measured 24% slower at D = 128, S = 16k
-  // (docs/perf-log.md, sm90 v2) with each CTA's tiles in one band of a head's blocks.
+  // One CTA per SM (the kernel's registers allow no more), each walking its share of the tiles in rounds
+  // (fwd_kernel.cuh, for_each_persistent_tile). The order (head by head or longest first) is the one that
+  // balances the CTAs' work (fwd_tile_order.cuh): under a causal mask the persistent grid once measured 24%
+  // slower at D = 128, S = 16k (docs/perf-log.md, sm90 v2) with each CTA's tiles in one band of a head's blocks.
   const int64_t tiles = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
   if (tiles > INT32_MAX) return cudaErrorInvalidValue;  // tile numbers are ints (2^31 tiles of 128 rows)
-  int64_t ctas = tiles;
-  if (Traits::kPersistent) {
-    int device = 0, sms = 0;
-    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-    if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
-      return err;
-    ctas = std::min<int64_t>(tiles, sms);
-  }
+  int device = 0, sms = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
+    return err;
+  const int64_t ctas = std::min<int64_t>(tiles, sms);
   FwdKernelParams ordered = f;
-  ordered.heavy_first =
-      heavy_first_order<Traits::kBlockM, Traits::kBlockN>(f, Traits::kPersistent ? static_cast<int>(ctas) : 0);
+  ordered.heavy_first = heavy_first_order<Traits::kBlockM, Traits::kBlockN>(f, static_cast<int>(ctas));
   const typename Traits::Params p{
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                           Traits::gmem_tensor(f.q, f.seqlen_q, f.head_dim, f.heads_q, f.batch, q_stride),
