@@ -261,7 +261,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   const int row_end = min(f.seqlen_q, key0 + kBlockN - f.key_offset + f.window_left);
   const int per_head = row_first < row_end ? (row_end - row_first + kBlockM - 1) / kBlockM : 0;
   const int steps = per_head * f.group;
-  const int warpgroup = static_cast<int>(threadIdx.x / 128), tid = static_cast<int>(threadIdx.x % 128);
+  // The warpgroup through a shuffle, so that the compiler knows it is the same in every lane of a warp: the
+  // consumer's wgmma descriptors (its halves of K and V) are then built in uniform registers, not moved into
+  // them before each wgmma (R2UR 255 -> 23 at D = 128; the forward's v8). Not at D = 64, where ptxas then spills
+  // 284 bytes (32 without) and the backward measured 4-9% slower (docs/perf-log.md, sm90 backward v6).
+  const int warpgroup = Traits::kHeadDim == 64 ? static_cast<int>(threadIdx.x / 128)
+                                               : __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  const int tid = static_cast<int>(threadIdx.x % 128);
   const int64_t padded = bwd_padded_rows(f.seqlen_q);
 
   if (threadIdx.x == 0) {
