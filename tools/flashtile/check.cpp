@@ -102,8 +102,9 @@ std::string failures(const verify::CheckResult& r) {
   return s;
 }
 
-// cpu-flash1 is forward-only by design; the CUDA backward does not exist yet.
-bool has_backward(Backend b) { return b != Backend::kCpuFlash1 && !is_cuda(b); }
+// cpu-flash1 is forward-only by design. A CUDA backend's case runs its forward and then the backward kernels the
+// library picks for the device (sm90 on a Hopper GPU unless FLASHTILE_CUDA_BACKWARD_KERNELS=sm80, else sm80).
+bool has_backward(Backend b) { return b != Backend::kCpuFlash1; }
 
 // The CUDA selector's answer for case `seed` of p. It answers only for tensors really in device memory, so it is
 // asked with device copies of the case's buffers.
@@ -132,9 +133,10 @@ int check_command(const std::vector<std::string>& args) {
               "8..256, GQA/MQA ratios, causal and window masks, softcap, scale, strided layouts, fp32/fp16/bf16,\n"
               "peaked inputs) and checks forward and backward (cpu-flash1: forward only) against the float64 oracle\n"
               "with TESTING.md's rule, including that every output is written and no guard band is touched.\n"
-              "With a GPU, cuda-sm80 joins: forward only (the CUDA backward does not exist yet), on device copies\n"
-              "of the same buffers, with problems in its range (fp16/bf16, head dims multiples of 8 up to 256,\n"
-              "Dv = D); problems its selector refuses are counted as skipped, with the reason.\n"
+              "With a GPU, cuda-sm80 joins (and cuda-sm90 where the build and the GPU have it), forward and\n"
+              "backward, on device copies of the same buffers, with problems in their range (fp16/bf16, head dims\n"
+              "multiples of 8 up to 256, Dv = D); problems a selector refuses are counted as skipped, with the\n"
+              "reason. The CUDA backward is the kernels the library picks for the GPU (FLASHTILE_CUDA_BACKWARD_KERNELS).\n"
               "Case i of seed S is case 0 of seed S+i, so one failing case replays alone. Exit code 1 on failure.");
   o.add({"--cases", "-n", "N", "number of random problems [50]",
          [&](const std::string& v) { cases = parse_int("--cases", v, 1, 100000000); }});
@@ -142,14 +144,14 @@ int check_command(const std::vector<std::string>& args) {
            seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX / 1024));
            seed_given = true;
          }});
-  o.add({"--device", "", "WHERE", "cpu | cuda | auto; cuda adds cuda-sm80 on GPU 0, auto = cuda when usable [auto]",
+  o.add({"--device", "", "WHERE", "cpu | cuda | auto; cuda adds cuda-sm80 (and cuda-sm90) on GPU 0, auto = cuda when usable [auto]",
          [&](const std::string& v) {
            if (v != "cpu" && v != "cuda" && v != "auto")
              throw UsageError("--device: '" + v + "' is not cpu, cuda or auto");
            device = v;
          }});
   o.add({"--backend", "", "LIST",
-         "comma-separated backends [cpu-flash2,cpu-flash1,cpu-reference; cuda-sm80 too on --device cuda]",
+         "comma-separated backends [cpu-flash2,cpu-flash1,cpu-reference; cuda-sm80, cuda-sm90 too on --device cuda]",
          [&](const std::string& v) {
            backends.clear();
            for (const std::string& name : split(v, ',')) backends.push_back(parse_backend("--backend", name));
@@ -161,9 +163,9 @@ int check_command(const std::vector<std::string>& args) {
   o.add({"--threads", "-t", "N", "CPU threads; 0 = all cores [0]",
          [&](const std::string& v) { threads = static_cast<int32_t>(parse_int("--threads", v, 0, 4096)); }});
   o.flag("--verbose", "-v", "one line per check, passed ones too", [&] { verbose = true; });
-  o.add_example("flashtile check", "50 cases on every CPU backend (and cuda-sm80 with a GPU), seed from the clock");
+  o.add_example("flashtile check", "50 cases on every CPU backend (and the CUDA ones with a GPU), seed from the clock");
   o.add_example("flashtile check --cases 500 --seed 7 --backend cpu-flash2", "a longer sweep of the FA2 schedule");
-  o.add_example("flashtile check --cases 200 --backend cuda-sm80", "the CUDA forward alone");
+  o.add_example("flashtile check --cases 200 --backend cuda-sm90", "the Hopper kernels alone");
   o.add_example("flashtile check --seed 1041 --cases 1 -v", "replay the case a failure line named (seed 1041)");
   if (!o.parse(args)) {
     std::cout << o.help();
@@ -174,7 +176,7 @@ int check_command(const std::vector<std::string>& args) {
   const bool listed_cuda = first_cuda != backends.end();
   if (device == "cpu" && listed_cuda) throw UsageError("--backend: the CUDA backends run with --device cuda or auto");
   if (device == "cuda" && backends_given && !listed_cuda)
-    throw UsageError("--device cuda: --backend lists no CUDA backend (cuda-sm80)");
+    throw UsageError("--device cuda: --backend lists no CUDA backend (cuda-sm80, cuda-sm90)");
   std::string why;
   const bool gpu_usable = verify::cuda_available(&why);
   if ((device == "cuda" || listed_cuda) && !gpu_usable) {
@@ -182,7 +184,15 @@ int check_command(const std::vector<std::string>& args) {
     std::fprintf(stderr, "flashtile check: %s needs a usable CUDA GPU: %s\n", asked.c_str(), why.c_str());
     return kExitFailed;
   }
-  if (!backends_given && device != "cpu" && gpu_usable) backends.push_back(Backend::kCudaSm80);
+  if (!backends_given && device != "cpu" && gpu_usable) {
+    backends.push_back(Backend::kCudaSm80);
+    // cuda-sm90 where this build and GPU have it: asked of its selector with a small bf16 problem at D = 128.
+    verify::Problem probe;
+    probe.batch = 1, probe.seqlen_q = probe.seqlen_k = 64, probe.heads_q = probe.heads_kv = 1;
+    probe.head_dim = probe.head_dim_v = 128;
+    probe.dtype = DType::kBFloat16;
+    if (cuda_selects(probe, 0, Backend::kCudaSm90).ok()) backends.push_back(Backend::kCudaSm90);
+  }
 
   if (!seed_given)  // small enough to type back in
     seed = static_cast<uint64_t>(std::chrono::system_clock::now().time_since_epoch().count()) % 1000000007;
@@ -193,8 +203,8 @@ int check_command(const std::vector<std::string>& args) {
   for (Backend b : backends) std::printf(" %s (%s)", backend_name(b), has_backward(b) ? "fwd+bwd" : "fwd");
   std::printf(", %d threads\n", threads > 0 ? threads : omp_get_max_threads());
   if (std::any_of(backends.begin(), backends.end(), is_cuda))
-    std::printf("CUDA backends on GPU 0 (%s): fp16/bf16, head dims multiples of 8 up to 256, Dv = D; backward "
-                "skipped (the CUDA backward does not exist yet)\n", gpu::device_name().c_str());
+    std::printf("CUDA backends on GPU 0 (%s): fp16/bf16, head dims multiples of 8 up to 256, Dv = D; the "
+                "backward by the kernels the library picks for this GPU\n", gpu::device_name().c_str());
   std::fflush(stdout);
 
   const bool progress = !verbose && isatty(STDERR_FILENO);
