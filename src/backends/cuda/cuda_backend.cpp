@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <limits>
 
 #include <cuda_runtime.h>
 
@@ -148,6 +149,13 @@ Status check_cuda_problem(const Problem& p, const DeviceInfo& prop, const char* 
                        ": the CUDA " + pass + " needs equal head dims");
   if (p.seqlen_q > kMaxSeqlen || p.seqlen_k > kMaxSeqlen)
     return unsupported(std::string("seqlen: the CUDA ") + pass + " supports sequences up to 2^29");
+  // The kernels take each row's max over the unscaled scores and fold the scale into the exponent, which holds
+  // for a scale >= 0 only (below 0 the max would have to be a min, and the mask's -inf would turn to +inf). A
+  // softcap applies the scale before the max, so it takes any scale.
+  if (p.scale < 0 && p.softcap == 0)
+    return unsupported("softmax_scale " + std::to_string(p.scale) + ": the CUDA " + pass +
+                       " needs a scale >= 0 without a softcap (the same attention: scale " +
+                       std::to_string(-p.scale) + " with q negated; or pass CPU tensors)");
   if (p.head_dim % 8 != 0 || p.head_dim > 256)
     return unsupported("head_dim " + std::to_string(p.head_dim) + ": the CUDA " + pass +
                        " needs a multiple of 8, at most 256 (other head dims: pass CPU tensors)");
@@ -348,7 +356,10 @@ FwdKernelParams make_fwd_params(const ForwardParams& params, const Problem& p, i
   set_key_window(k, p.keys);
   constexpr float kLog2e = 1.4426950408889634f;
   k.softcap = p.softcap;
-  k.scale_log2 = p.softcap > 0 ? kLog2e : p.scale * kLog2e;
+  // A scale of 0 (every visible key weighs the same) becomes the smallest normal float: the kernels' exponent
+  // scale must be > 0 (a masked score is -inf, and -inf * 0 is NaN), and at 2^-126 every visible score still
+  // rounds to exp2(0) = 1. The gradients' scale (BwdKernelParams::scale) stays 0.
+  k.scale_log2 = p.softcap > 0 ? kLog2e : std::max(p.scale, std::numeric_limits<float>::min()) * kLog2e;
   k.scale_over_cap = p.softcap > 0 ? p.scale / p.softcap : 0.0f;
   set_query_blocks(k, static_cast<int>((p.seqlen_q + block_m - 1) / block_m));
   return k;

@@ -406,6 +406,25 @@ TEST_F(CudaBackward, AutoAcrossFamilies) {
   }
 }
 
+// Scale 0: P is uniform over the visible keys, and dQ and dK are exactly 0 (dS carries the scale); a negative
+// scale with a softcap. Both kernel families (a negative scale without a softcap is refused: forward_test.cpp).
+void expect_zero_and_negative_scale_pass(Backend backend, uint64_t seed) {
+  for (bool causal : {false, true})
+    for (int64_t d : {64, 128, 256}) {
+      Problem p = make_problem(2, 97, 130, 4, 2, d, causal ? DType::kFloat16 : DType::kBFloat16);
+      p.options.causal = causal;
+      p.options.softmax_scale = 0.0f;
+      expect_pass(p, seed++, backend);
+      p.options.softmax_scale = -0.1f;
+      p.options.softcap = 20.0f;
+      expect_pass(p, seed++, backend);
+    }
+}
+
+TEST_F(CudaBackward, ZeroAndNegativeScale) { expect_zero_and_negative_scale_pass(Backend::kCudaSm80, 15100); }
+
+TEST_F(CudaBackwardSm90, ZeroAndNegativeScale) { expect_zero_and_negative_scale_pass(Backend::kCudaSm90, 15200); }
+
 TEST_F(CudaBackward, UnsupportedHeadDimIsRefused) {
   const verify::CheckResult r =
       verify::check(make_problem(1, 64, 64, 2, 2, 264, DType::kBFloat16), 15000, Backend::kAuto, true, Device::kCUDA);

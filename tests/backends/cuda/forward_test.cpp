@@ -100,6 +100,27 @@ TEST_P(CudaForward, LayoutsGqaAndScale) {
     }
 }
 
+// SPEC.md takes any finite scale. At 0 every visible key weighs the same (partial and masked tiles included,
+// where a masked score is -inf); a negative scale runs with a softcap (the cap applies the scale first); without
+// one the CUDA kernels refuse it and name softmax_scale (the same attention is |scale| with q negated).
+TEST_P(CudaForward, ZeroAndNegativeScale) {
+  uint64_t seed = 3100;
+  for (bool causal : {false, true})
+    for (int64_t d : {64, 128}) {
+      Problem p = make_problem({2, 130, 190, 4, 2, d}, causal ? DType::kFloat16 : DType::kBFloat16);
+      p.options.causal = causal;
+      p.options.softmax_scale = 0.0f;
+      expect_pass(p, seed++, GetParam());
+      p.options.softmax_scale = -0.1f;
+      p.options.softcap = 20.0f;
+      expect_pass(p, seed++, GetParam());
+    }
+  Problem p = make_problem({1, 64, 64, 2, 2, 64}, DType::kBFloat16);
+  p.options.softmax_scale = -0.1f;
+  const verify::CheckResult r = verify::check(p, seed, GetParam(), false, Device::kCUDA);
+  EXPECT_NE(r.error.find("softmax_scale"), std::string::npos) << r.error;
+}
+
 // Rows that see no key (causal with Sq > Sk) get O = 0 and LSE = -inf; the rule checks both.
 TEST_P(CudaForward, RowsWithNoVisibleKey) {
   Problem p = make_problem({1, 300, 40, 2, 2, 64}, DType::kBFloat16);
