@@ -136,7 +136,8 @@ int check_command(const std::vector<std::string>& args) {
               "With a GPU, cuda-sm80 joins (and cuda-sm90 where the build and the GPU have it), forward and\n"
               "backward, on device copies of the same buffers, with problems in their range (fp16/bf16, head dims\n"
               "multiples of 8 up to 256, Dv = D); problems a selector refuses are counted as skipped, with the\n"
-              "reason. The CUDA backward is the kernels the library picks for the GPU (FLASHTILE_CUDA_BACKWARD_KERNELS).\n"
+              "reason. The CUDA backward is the kernels the library picks for the GPU\n"
+              "(FLASHTILE_CUDA_BACKWARD_KERNELS).\n"
               "Case i of seed S is case 0 of seed S+i, so one failing case replays alone. Exit code 1 on failure.");
   o.add({"--cases", "-n", "N", "number of random problems [50]",
          [&](const std::string& v) { cases = parse_int("--cases", v, 1, 100000000); }});
@@ -144,7 +145,8 @@ int check_command(const std::vector<std::string>& args) {
            seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX / 1024));
            seed_given = true;
          }});
-  o.add({"--device", "", "WHERE", "cpu | cuda | auto; cuda adds cuda-sm80 (and cuda-sm90) on GPU 0, auto = cuda when usable [auto]",
+  o.add({"--device", "", "WHERE",
+         "cpu | cuda | auto; cuda adds cuda-sm80 (and cuda-sm90) on GPU 0, auto = cuda when usable [auto]",
          [&](const std::string& v) {
            if (v != "cpu" && v != "cuda" && v != "auto")
              throw UsageError("--device: '" + v + "' is not cpu, cuda or auto");
