@@ -142,7 +142,13 @@ struct Consumer {
   // P, the A operand of O += P V: per 16-key step, (pair, row half, k half) x 1 x (kBlockN / 16 steps).
   decltype(cute::make_tensor<T>(cute::Layout<cute::Shape<cute::Shape<cute::_2, cute::_2, cute::_2>, cute::_1,
                                                          cute::Int<kBlockN / 16>>>{})) rP;
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};  // raw score units; per-thread sums
+  // row_max: the max the exponentials are taken against (raw score units), which may trail the true running max
+  // by up to kRescaleThreshold / scale_log2 (softmax); row_sum: per-thread sums.
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
+  bool rescale = false;  // the last softmax moved row_max: O must be scaled by its alpha (rescale_o)
+  // Lazy rescaling (FlashAttention-4's): a warp keeps its rows' row_max while no row's max has grown by more than
+  // this many powers of two, so P = exp2(S * scale_log2 - shift) stays <= 2^8 and O and the sums need no rescale.
+  static constexpr float kRescaleThreshold = 8.0f;
   int first_row;  // the warpgroup's first query row
 
   __device__ Consumer(int thread_in_warpgroup, int first_row_)
@@ -218,16 +224,28 @@ struct Consumer {
     // Row hr's elements are i = 2 hr + 4 m + {0, 1}, one pair per 8-key block m; max and sum reduce the pairs
     // in a tree (tree_reduce).
     constexpr int kPairs = kBlockN / 8;
+    float mx[2];
+    bool grew = false;  // a row's max rose by more than kRescaleThreshold (from -inf: always; -inf to -inf: NaN, no)
     CUTE_UNROLL
     for (int hr = 0; hr < 2; ++hr) {
       float part[kPairs];
       CUTE_UNROLL
       for (int m = 0; m < kPairs; ++m) part[m] = fmaxf(tSrS(2 * hr + 4 * m), tSrS(2 * hr + 4 * m + 1));
-      const float part_max = tree_reduce<kPairs>(part, [](float a, float b) { return fmaxf(a, b); });
-      const float mx = quad_max(fmaxf(row_max[hr], part_max));
-      const float shift = mx == -INFINITY ? 0.0f : mx * f.scale_log2;  // a row with no key yet
-      alpha[hr] = exp2_approx(row_max[hr] * f.scale_log2 - shift);
-      row_max[hr] = mx;
+      mx[hr] = quad_max(fmaxf(row_max[hr], tree_reduce<kPairs>(part, [](float a, float b) { return fmaxf(a, b); })));
+      grew |= (mx[hr] - row_max[hr]) * f.scale_log2 > kRescaleThreshold;
+    }
+    rescale = __any_sync(0xffffffffu, grew);  // warp-uniform, so that rescale_o's test is a uniform branch
+    CUTE_UNROLL
+    for (int hr = 0; hr < 2; ++hr) {
+      if (rescale) {
+        const float shift = mx[hr] == -INFINITY ? 0.0f : mx[hr] * f.scale_log2;  // a row with no key yet
+        alpha[hr] = exp2_approx(row_max[hr] * f.scale_log2 - shift);
+        row_max[hr] = mx[hr];
+      } else {
+        alpha[hr] = 1.0f;
+      }
+      const float shift = row_max[hr] == -INFINITY ? 0.0f : row_max[hr] * f.scale_log2;
+      float part[kPairs];
       CUTE_UNROLL
       for (int m = 0; m < kPairs; ++m) {
         const int i = 2 * hr + 4 * m;
@@ -253,6 +271,7 @@ struct Consumer {
   }
 
   __device__ void rescale_o(const float (&alpha)[2]) {
+    if (!rescale) return;  // alpha is 1 (lazy rescaling: softmax)
     CUTE_UNROLL
     for (int i = 0; i < cute::size(tOrO); ++i) tOrO(i) *= alpha[(i / 2) % 2];
   }
