@@ -11,7 +11,8 @@
 //     (cutlass::PipelineTmaAsync), K/V for GQA from head h / group;
 //   - warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T on wgmma from shared memory, the online
 //     softmax in registers (exp2, the scale folded into one FMA, each row's max and sum reduced in a tree, O
-//     rescaled under the next product, one division per row at the end), then O += P V on wgmma with P taken
+//     rescaled under the next product, at D >= 128 only when a row's max grew by more than 2^8, one division per
+//     row at the end), then O += P V on wgmma with P taken
 //     from registers. Each tile's scores are issued before the previous tile's P V, so its softmax runs while
 //     the tensor cores work (kOverlap; the harness also measures kPingPong, the two warpgroups taking turns at
 //     issuing their products);
@@ -146,8 +147,11 @@ struct Consumer {
   // by up to kRescaleThreshold / scale_log2 (softmax); row_sum: per-thread sums.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   bool rescale = false;  // the last softmax moved row_max: O must be scaled by its alpha (rescale_o)
-  // Lazy rescaling (FlashAttention-4's): a warp keeps its rows' row_max while no row's max has grown by more than
-  // this many powers of two, so P = exp2(S * scale_log2 - shift) stays <= 2^8 and O and the sums need no rescale.
+  // Lazy rescaling (FlashAttention-4's), at D >= 128: a warp keeps its rows' row_max while no row's max has grown
+  // by more than kRescaleThreshold powers of two, so P = exp2(S * scale_log2 - shift) stays <= 2^8 and O and the
+  // sums need no rescale. It pays where O's rescale is long (D / 2 FMULs a thread and step: +1.3% at D = 128,
+  // +7% at 256); at D = 64 the vote on the softmax's path cost more than its 32 FMULs (docs/perf-log.md, v15).
+  static constexpr bool kLazyRescale = kHeadDim >= 128;
   static constexpr float kRescaleThreshold = 8.0f;
   int first_row;  // the warpgroup's first query row
 
@@ -234,7 +238,8 @@ struct Consumer {
       mx[hr] = quad_max(fmaxf(row_max[hr], tree_reduce<kPairs>(part, [](float a, float b) { return fmaxf(a, b); })));
       grew |= (mx[hr] - row_max[hr]) * f.scale_log2 > kRescaleThreshold;
     }
-    rescale = __any_sync(0xffffffffu, grew);  // warp-uniform, so that rescale_o's test is a uniform branch
+    // warp-uniform, so that rescale_o's test is a uniform branch
+    rescale = kLazyRescale ? __any_sync(0xffffffffu, grew) : true;
     CUTE_UNROLL
     for (int hr = 0; hr < 2; ++hr) {
       if (rescale) {
@@ -271,7 +276,7 @@ struct Consumer {
   }
 
   __device__ void rescale_o(const float (&alpha)[2]) {
-    if (!rescale) return;  // alpha is 1 (lazy rescaling: softmax)
+    if (kLazyRescale && !rescale) return;  // alpha is 1 (lazy rescaling: softmax)
     CUTE_UNROLL
     for (int i = 0; i < cute::size(tOrO); ++i) tOrO(i) *= alpha[(i / 2) % 2];
   }
