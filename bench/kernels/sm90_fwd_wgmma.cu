@@ -87,7 +87,9 @@ __global__ void __launch_bounds__(kThreads0, 1) fwd_wgmma_kernel(const flashtile
   // The library's epilogue writes O / l into the tile's Q buffer for a TMA store; here every thread then copies
   // the 128 x D tile to global memory (rows past the sequence end left out), which is simpler and fast enough.
   __syncthreads();  // every product has read sQ
-  c.stage_o(sQ_wg, f, blk.b, blk.h);
+  float inv[2];
+  c.finish_rows(f, blk.b, blk.h, inv);
+  c.stage_o(sQ_wg, inv, threadIdx.x % 128);
   __syncthreads();
   Element* o = static_cast<Element*>(f.o) + blk.b * f.o_stride[0] + blk.h * f.o_stride[2];
   for (int i = threadIdx.x; i < kBlockM * kHeadDim; i += blockDim.x) {

@@ -288,8 +288,11 @@ struct Consumer {
     for (int i = 0; i < cute::size(tSrS); ++i) rP(i) = T(tSrS(i));
   }
 
-  // The rows' 1 / l and LSE; rows that saw no key get 1 / l = 0 (so O = 0) and LSE = -inf.
-  __device__ void finish_rows(const FwdKernelParams& f, float (&inv)[2], float (&lse)[2]) const {
+  // The rows' 1 / l into inv, and their LSE to global memory (f.lse, where asked for); rows that saw no key get
+  // 1 / l = 0 (so O = 0) and LSE = -inf. It needs only the sums, so it runs while the tile's last P V does.
+  __device__ void finish_rows(const FwdKernelParams& f, int b, int h, float (&inv)[2]) const {
+    using namespace cute;
+    float lse[2];
     CUTE_UNROLL
     for (int hr = 0; hr < 2; ++hr) {
       const float l = quad_sum(row_sum[hr]);
@@ -297,31 +300,29 @@ struct Consumer {
       inv[hr] = seen ? 1.0f / l : 0.0f;
       lse[hr] = seen ? (row_max[hr] * f.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
     }
-  }
-
-  // The epilogue's first half: O / l into this warpgroup's 64 rows of sO (the tile's Q buffer, which no product
-  // reads any more), in T, for the TMA store (fwd_kernel); the LSE to global memory.
-  template <class SmemO>
-  __device__ void stage_o(const SmemO& sO, const FwdKernelParams& f, int b, int h) {
-    using namespace cute;
-    float inv[2], lse[2];
-    finish_rows(f, inv, lse);
-    auto tOsO = thr_pv.partition_C(sO);  // the accumulator's partition, so element i is tOrO(i)'s place
-    CUTE_UNROLL
-    for (int i = 0; i < size(tOrO); i += 2) {  // i and i + 1: adjacent columns, adjacent in the swizzled tile
-      alignas(4) const T pair[2] = {T(tOrO(i) * inv[(i / 2) % 2]), T(tOrO(i + 1) * inv[(i / 2) % 2])};
-      // st.shared rather than a generic store through the element's address (which compiled to ST.E)
-      const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(&tOsO(i)));
-      asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(at), "r"(*reinterpret_cast<const uint32_t*>(pair)));
-    }
     if (f.lse == nullptr) return;
     auto tOcO = thr_pv.partition_C(make_identity_tensor(Shape<_64, Int<kHeadDim>>{}));
     CUTE_UNROLL
-    for (int i = 0; i < size(tOrO); i += 2) {
-      const int row = first_row + get<0>(tOcO(i));
-      if (row < f.seqlen_q && get<1>(tOcO(i)) == 0)  // the quad's first thread writes its rows' LSE
-        f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] = lse[(i / 2) % 2];
+    for (int hr = 0; hr < 2; ++hr) {  // element 2 hr sits in row hr of the thread's two, at column 2t
+      const int row = first_row + get<0>(tOcO(2 * hr));
+      if (row < f.seqlen_q && get<1>(tOcO(2 * hr)) == 0)  // the quad's first thread writes its rows' LSE
+        f.lse[b * f.lse_stride[0] + h * f.lse_stride[1] + row * f.lse_stride[2]] = lse[hr];
     }
+  }
+
+  // The epilogue's first half: O / l in T into this warpgroup's 64 rows of sO (the tile's Q buffer, which no
+  // product reads any more), for the TMA store (fwd_kernel). stmatrix writes four 8 x 8 blocks of a warp per
+  // instruction (kHeadDim / 16 a thread, against kHeadDim / 2 four-byte stores), each lane giving one 16-byte
+  // row's address, which the swizzle keeps contiguous.
+  template <class SmemO>
+  __device__ void stage_o(const SmemO& sO, const float (&inv)[2], int thread_in_warpgroup) {
+    using namespace cute;
+    auto rO = make_tensor_like<T>(tOrO);
+    CUTE_UNROLL
+    for (int i = 0; i < size(tOrO); ++i) rO(i) = T(tOrO(i) * inv[(i / 2) % 2]);
+    auto copy_o = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, T>{}, mma_pv);
+    auto thr_copy = copy_o.get_thread_slice(thread_in_warpgroup);
+    copy(copy_o, thr_copy.retile_S(rO), thr_copy.partition_D(sO));
   }
 };
 
@@ -479,16 +480,28 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         c.make_p();
       }
       c.rescale_o(alpha);
-      accumulate_now();
+      pipeline_v.consumer_wait(state_v);  // the last P V, waited for after the rows' sums are finished
+      my_turn();
+      c.issue_accumulate(sVt(_, _, state_v.index()));
+      their_turn();
     }
-    // The epilogue: both warpgroups write O into the tile's Q buffer, then one thread stores the tile by TMA
-    // (rows past the sequence end and columns past the head dim are clipped by the descriptor) and waits only
-    // until the buffer has been read, and the consumers go on to the next tile while the writes land. The Q
-    // buffer is released (q_empty) once that read is done: the barrier completes on the storing thread's
-    // arrival, the last. The batch and head again from the tile number rather than kept live through the
-    // loop: at D = 256 the registers are that tight.
+    // The epilogue: the rows' 1 / l and LSE while the last P V runs; then both warpgroups write O into the
+    // tile's Q buffer, one thread stores the tile by TMA (rows past the sequence end and columns past the head
+    // dim are clipped by the descriptor) and waits only until the buffer has been read, and the consumers go on
+    // to the next tile while the writes land. The Q buffer is released (q_empty) once that read is done: the
+    // barrier completes on the storing thread's arrival, the last. The batch and head again from the tile
+    // number rather than kept live through the loop: at D = 256 the registers are that tight.
     const int bh = CtaBlock::bh_of(f, tile, f.heavy_first), b = bh / f.heads_q, h = bh % f.heads_q;
-    c.stage_o(sQ_wg, f, b, h);
+    float inv[2];
+    c.finish_rows(f, b, h, inv);
+    // Unconditional (nothing is in flight after the serial schedule or without keys): under a test that ptxas
+    // cannot match with the issue's, it serializes the kernel's wgmma (C7514, seen).
+    c.template wait<0>();
+    if (kSchedule != Schedule::kSerial && blk.n_first <= blk.n_last) {
+      pipeline_v.consumer_release(state_v);
+      ++state_v;
+    }
+    c.stage_o(sQ_wg, inv, static_cast<int>(threadIdx.x % 128));
     cutlass::arch::fence_view_async_shared();  // the generic-proxy writes above, visible to the TMA unit
     asm volatile("bar.sync %0, %1;\n" ::"n"(kEpilogueBarrier), "n"(Traits::kConsumers * 128));
     if (threadIdx.x == 128) {
