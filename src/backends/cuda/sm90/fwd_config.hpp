@@ -15,14 +15,16 @@ enum Schedule : int { kSerial = 0, kOverlap = 1, kPingPong = 2 };
 
 template <int kHeadDim>
 struct FwdConfig;
-// kConsumers warpgroups of 64 query rows each (kBlockM = 64 kConsumers). Three at D = 64, as FlashAttention-3
-// has there: a third warp per scheduler to hide the softmax's latencies, whose products (64 x 128 x 64) are
-// short; its threads then get 160 registers (S 64 + O 32 + P 32) instead of 240.
-//                     kHeadDim      kBlockN    kStages  kConsumers    S + O regs    smem (Q buffers + K/V)
-template <> struct FwdConfig<64>  { static constexpr int kBlockN = 128, kStages = 2, kConsumers = 3; };  //  64 +  32   48 +  64 KB
-template <> struct FwdConfig<96>  { static constexpr int kBlockN = 128, kStages = 2, kConsumers = 2; };  //  64 +  48   48 +  96 KB
-template <> struct FwdConfig<128> { static constexpr int kBlockN = 128, kStages = 2, kConsumers = 2; };  //  64 +  64   64 + 128 KB
-template <> struct FwdConfig<192> { static constexpr int kBlockN = 96, kStages = 2, kConsumers = 2; };   //  48 +  96   48 + 144 KB
-template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kStages = 2, kConsumers = 2; };   //  32 + 128   64 + 128 KB
+// kConsumers warpgroups of 64 query rows each (kBlockM = 64 kConsumers). kConsumersLong, where it differs, is a
+// second variant the launcher picks for calls whose query rows see many keys (fwd_launch.cuh,
+// use_long_variant): at D = 64 three consumers, as FlashAttention-3 has there, give each scheduler a third warp
+// to hide the softmax's latencies behind its short products (64 x 128 x 64), at 160 registers a consumer thread
+// (S 64 + O 32 + P 32) instead of 240; their 192-row tiles lose where rows see few keys (docs/perf-log.md, v18).
+//                     kHeadDim      kBlockN    kStages  kConsumers(Long)           S + O regs   smem (Q buffers + K/V)
+template <> struct FwdConfig<64>  { static constexpr int kBlockN = 128, kStages = 2, kConsumers = 2, kConsumersLong = 3; };  //  64 + 32  32 (48) + 64 KB
+template <> struct FwdConfig<96>  { static constexpr int kBlockN = 128, kStages = 2, kConsumers = 2, kConsumersLong = 2; };  //  64 + 48  48 + 96 KB
+template <> struct FwdConfig<128> { static constexpr int kBlockN = 128, kStages = 2, kConsumers = 2, kConsumersLong = 2; };  //  64 + 64  64 + 128 KB
+template <> struct FwdConfig<192> { static constexpr int kBlockN = 96, kStages = 2, kConsumers = 2, kConsumersLong = 2; };   //  48 + 96  48 + 144 KB
+template <> struct FwdConfig<256> { static constexpr int kBlockN = 64, kStages = 2, kConsumers = 2, kConsumersLong = 2; };   //  32 + 128 64 + 128 KB
 
 }  // namespace flashtile::cuda::sm90

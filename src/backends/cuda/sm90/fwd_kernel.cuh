@@ -47,13 +47,14 @@
 
 namespace flashtile::cuda::sm90 {
 
-// Everything one (dtype, head dim) instantiation is made of. T is cutlass::bfloat16_t or cutlass::half_t.
-template <typename T, int kHeadDim_>
+// Everything one kernel variant is made of: dtype (cutlass::bfloat16_t or cutlass::half_t), head dim and
+// consumer warpgroups (FwdConfig's kConsumers or kConsumersLong).
+template <typename T, int kHeadDim_, int kConsumers_ = FwdConfig<kHeadDim_>::kConsumers>
 struct FwdTraits {
   using Element = T;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = FwdConfig<kHeadDim>::kBlockN, kStages = FwdConfig<kHeadDim>::kStages;
-  static constexpr int kConsumers = FwdConfig<kHeadDim>::kConsumers, kBlockM = 64 * kConsumers;
+  static constexpr int kConsumers = kConsumers_, kBlockM = 64 * kConsumers;
   static constexpr int kThreads = 128 * (kConsumers + 1);
   // setmaxnreg's share of the SM's 64 K registers: the producer keeps 24 a thread, the consumers split the rest
   // (a multiple of 8): 240 with two consumer warpgroups, 160 with three.
@@ -131,6 +132,14 @@ struct FwdTraits {
     FwdKernelParams f;  // f.heavy_first: the tile order (fwd_tile_order.cuh)
   };
 };
+
+// The shared memory a head dim's launches may take: the larger of its variants' (the registry's figure).
+template <typename T, int kHeadDim>
+constexpr int fwd_smem_bytes() {
+  constexpr int a = FwdTraits<T, kHeadDim>::kSmemBytes;
+  constexpr int b = FwdTraits<T, kHeadDim, FwdConfig<kHeadDim>::kConsumersLong>::kSmemBytes;
+  return a > b ? a : b;
+}
 
 // One consumer warpgroup: its accumulators, running max and sum, and the per-tile math. Accumulator element i
 // of a thread sits at (row, column) = identity-partition(i) within the warpgroup's 64 rows; a thread holds rows
