@@ -65,7 +65,7 @@ function(flashtile_cuda_instantiations out_var)
         flashtile_generated_tu(fwd_sm90_${dt}_hdim${hd} sm90/fwd_launch.cuh sm90
           "launch_fwd<${cpp_type_${dt}}, ${hd}>(const FwdKernelParams&, cudaStream_t)")
         list(APPEND sm90_sources ${file})
-        string(APPEND sm90_entries "    {${enum_${dt}}, ${hd}, &launch_fwd<${cpp_type_${dt}}, ${hd}>, 128, FwdTraits<${sm90_type_${dt}}, ${hd}>::kSmemBytes},\n")
+        string(APPEND sm90_entries "    {${enum_${dt}}, ${hd}, &launch_fwd<${cpp_type_${dt}}, ${hd}>, FwdTraits<${sm90_type_${dt}}, ${hd}>::kBlockM, fwd_smem_bytes<${sm90_type_${dt}}, ${hd}>()},\n")
       endif()
       # The backward, for every head dim (bwd_config.hpp), on sm80 and on sm90. FLASHTILE_CUDA_BACKWARD=OFF leaves
       # both out.

@@ -193,6 +193,23 @@ TEST_P(CudaForward, LargeShapes) {
   expect_large_pass(make_problem({1, 4096, 4096, 8, 8, 128}, DType::kFloat16), 7004, GetParam());
   expect_pass(make_problem({2, 300, 2500, 4, 2, 128}, DType::kBFloat16), 7005, GetParam());
   expect_pass(make_problem({1, 257, 1023, 2, 2, 120}, DType::kBFloat16), 7006, GetParam());
+  // D = 64 with rows that see >= 2048 keys: sm90's long variant (192-row tiles), full and causal with GQA.
+  expect_large_pass(make_problem({2, 2100, 2100, 40, 40, 64}, DType::kBFloat16), 7007, GetParam());
+  p = make_problem({1, 4500, 4600, 48, 12, 64}, DType::kFloat16);
+  p.options.causal = true;
+  expect_large_pass(p, 7008, GetParam());
+}
+
+// sm90's long variant at D = 64 (three consumer warpgroups, 192-row tiles: fwd_launch.cuh, use_long_variant),
+// on shapes small enough for the sanitizers: the middle row sees >= 2048 keys and there is a 192-row tile per
+// SM (132 on an H100/H200); a softcap keeps the ordinary variant. On sm80 these are ordinary shapes.
+TEST_P(CudaForward, LongRowsAtHeadDim64) {
+  expect_large_pass(make_problem({1, 192, 2048, 132, 132, 64}, DType::kBFloat16), 7300, GetParam());
+  Problem p = make_problem({1, 200, 2300, 140, 35, 64}, DType::kFloat16);  // keys past the queries: offset 2100
+  p.options.causal = true;
+  expect_large_pass(p, 7301, GetParam());
+  p.options.softcap = 30.0f;
+  expect_large_pass(p, 7302, GetParam());
 }
 
 // sm80's ring rows on Hopper over many blocks: D = 256's is persistent (one CTA per SM walks query blocks, its

@@ -47,13 +47,19 @@
 
 namespace flashtile::cuda::sm90 {
 
-// Everything one (dtype, head dim) instantiation is made of. T is cutlass::bfloat16_t or cutlass::half_t.
-template <typename T, int kHeadDim_>
+// Everything one kernel variant is made of: dtype (cutlass::bfloat16_t or cutlass::half_t), head dim and
+// consumer warpgroups (FwdConfig's kConsumers or kConsumersLong).
+template <typename T, int kHeadDim_, int kConsumers_ = FwdConfig<kHeadDim_>::kConsumers>
 struct FwdTraits {
   using Element = T;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockN = FwdConfig<kHeadDim>::kBlockN, kStages = FwdConfig<kHeadDim>::kStages;
-  static constexpr int kConsumers = 2, kBlockM = 64 * kConsumers, kThreads = 128 * (kConsumers + 1);
+  static constexpr int kConsumers = kConsumers_, kBlockM = 64 * kConsumers;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  // setmaxnreg's share of the SM's 64 K registers: the producer keeps 24 a thread, the consumers split the rest
+  // (a multiple of 8): 240 with two consumer warpgroups, 160 with three.
+  static constexpr int kProducerRegs = 24, kConsumerRegs = kConsumers == 2 ? 240 : 160;
+  static_assert(128 * (kProducerRegs + kConsumers * kConsumerRegs) <= 64 * 1024, "registers of one CTA per SM");
   // The CTA double-buffers Q where shared memory allows (under the 227 KB of a Hopper CTA, less 1 KB for the
   // barriers), so the next tile's Q loads while the current tile runs; otherwise (D = 192 and 256: 2 x 64 KB of
   // Q and 128 KB of K/V at 256) the next Q loads once the current tile's O, staged in its buffer, has been stored.
@@ -126,6 +132,14 @@ struct FwdTraits {
     FwdKernelParams f;  // f.heavy_first: the tile order (fwd_tile_order.cuh)
   };
 };
+
+// The shared memory a head dim's launches may take: the larger of its variants' (the registry's figure).
+template <typename T, int kHeadDim>
+constexpr int fwd_smem_bytes() {
+  constexpr int a = FwdTraits<T, kHeadDim>::kSmemBytes;
+  constexpr int b = FwdTraits<T, kHeadDim, FwdConfig<kHeadDim>::kConsumersLong>::kSmemBytes;
+  return a > b ? a : b;
+}
 
 // One consumer warpgroup: its accumulators, running max and sum, and the per-tile math. Accumulator element i
 // of a thread sits at (row, column) = identity-partition(i) within the warpgroup's 64 rows; a thread holds rows
@@ -368,7 +382,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   auto sK = cute::make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKV{});
   auto sV = cute::make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutKV{});
   if (warpgroup == 0) {  // producer
-    cutlass::arch::warpgroup_reg_dealloc<24>();
+    cutlass::arch::warpgroup_reg_dealloc<Traits::kProducerRegs>();
     if (threadIdx.x != 0) return;
     const auto shape_q = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
     const auto shape_kv = make_shape(f.seqlen_k, f.head_dim, f.heads_q / f.group, f.batch);
@@ -404,7 +418,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     return;
   }
 
-  cutlass::arch::warpgroup_reg_alloc<240>();
+  cutlass::arch::warpgroup_reg_alloc<Traits::kConsumerRegs>();
   const int consumer = warpgroup - 1;
   auto sVt = cute::make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutVt{});
   cutlass::PipelineState<kStages> state_k, state_v;  // V's reads trail K's by one tile when overlapped
@@ -414,6 +428,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   // issue the same number of times per tile (the same K/V tiles), so the turns stay paired.
   constexpr int kEpilogueBarrier = 3;  // a named barrier of the consumer threads (ping-pong takes 1 and 2)
   constexpr bool kTakeTurns = kSchedule == Schedule::kPingPong;
+  static_assert(!kTakeTurns || Traits::kConsumers == 2, "ping-pong pairs two consumer warpgroups");
   constexpr int kTurnThreads = 2 * 128;
   auto my_turn = [&] {
     if constexpr (kTakeTurns) asm volatile("bar.sync %0, %1;\n" ::"r"(1 + consumer), "n"(kTurnThreads));

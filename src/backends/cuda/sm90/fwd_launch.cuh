@@ -1,6 +1,6 @@
-// Launches the sm90 forward for one (dtype, head dim) instantiation: builds the TMA descriptors of q, k, v and o
-// from the call's shapes and strides, then the kernel. Included only by the generated translation units
-// (cmake/cuda_instantiations.cmake), so each kernel compiles once.
+// Launches the sm90 forward for one (dtype, head dim) instantiation: picks its variant (FwdConfig), builds the
+// TMA descriptors of q, k, v and o from the call's shapes and strides, then the kernel. Included only by the
+// generated translation units (cmake/cuda_instantiations.cmake), so each kernel compiles once.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -23,10 +23,26 @@ inline void tma_safe_strides(const int64_t (&in)[3], int batch, int seqlen, int 
   for (int d = 0; d < 3; ++d) out[d] = extent[d] > 1 ? in[d] : 8;
 }
 
-template <typename T, int kHeadDim, int kSchedule>
-cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
-  using Element = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, cutlass::bfloat16_t, cutlass::half_t>;
-  using Traits = FwdTraits<Element, kHeadDim>;
+// Whether a call takes its head dim's long variant (FwdConfig::kConsumersLong, 192-row tiles at D = 64): where
+// the middle query row sees at least 2048 keys, without a softcap (its variant spills at 160 registers a thread),
+// and with enough 192-row tiles to give every SM one. Measured at D = 64 against the 128-row tiles (grid A bf16,
+// docs/perf-log.md, sm90 forward v18): full S >= 2048 +7-15%, causal S >= 4096 +3-13% (middle row: S / 2 keys);
+// full S <= 1024 -1 to -3%, causal S <= 2048 -3 to -16%.
+inline bool use_long_variant(const FwdKernelParams& f, int sms) {
+  constexpr int64_t kMinKeys = 2048, kLongRows = 192;
+  if (f.softcap > 0) return false;
+  const int64_t mid = f.seqlen_q / 2;
+  const int64_t first = std::max<int64_t>(0, mid + f.key_offset - f.window_left);
+  const int64_t last = std::min<int64_t>(f.seqlen_k - 1, mid + static_cast<int64_t>(f.key_offset) + f.window_right);
+  const int64_t tiles = (f.seqlen_q + kLongRows - 1) / kLongRows * f.batch * f.heads_q;
+  return last - first + 1 >= kMinKeys && tiles >= sms;
+}
+
+// One variant's launch: the tile count for its kBlockM (the caller's m_blocks is for the registry's block_m),
+// the TMA descriptors of q, k, v and o from the call's shapes and strides, then the kernel. kWithSoftcap = false
+// leaves the softcap kernel out of a variant that never runs one (use_long_variant).
+template <typename Traits, int kSchedule, bool kWithSoftcap = true>
+cudaError_t launch_variant(const FwdKernelParams& f, int sms, cudaStream_t stream) {
   const int heads_kv = f.heads_q / f.group;
   int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3];
   tma_safe_strides(f.q_stride, f.batch, f.seqlen_q, f.heads_q, q_stride);
@@ -42,19 +58,16 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   if (no_keys)
     for (int d = 0; d < 3; ++d) k_stride[d] = v_stride[d] = q_stride[d];
   const auto kv_layout = cute::take<0, 2>(typename Traits::SmemLayoutKV{});
+  FwdKernelParams ordered = f;
+  set_query_blocks(ordered, (f.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM);
   // One CTA per SM (the kernel's registers allow no more), each walking its share of the tiles in rounds
   // (fwd_kernel.cuh, for_each_persistent_tile). The order (head by head or longest first) is the one that
   // balances the CTAs' work (fwd_tile_order.cuh): under a causal mask the persistent grid once measured 24%
   // slower at D = 128, S = 16k (docs/perf-log.md, sm90 v2) with each CTA's tiles in one band of a head's blocks.
-  const int64_t tiles = static_cast<int64_t>(f.m_blocks) * f.batch * f.heads_q;
-  if (tiles > INT32_MAX) return cudaErrorInvalidValue;  // tile numbers are ints (2^31 tiles of 128 rows)
-  int device = 0, sms = 0;
-  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
-    return err;
+  const int64_t tiles = static_cast<int64_t>(ordered.m_blocks) * f.batch * f.heads_q;
+  if (tiles > INT32_MAX) return cudaErrorInvalidValue;  // tile numbers are ints (2^31 tiles)
   const int64_t ctas = std::min<int64_t>(tiles, sms);
-  FwdKernelParams ordered = f;
-  ordered.heavy_first = heavy_first_order<Traits::kBlockM, Traits::kBlockN>(f, static_cast<int>(ctas));
+  ordered.heavy_first = heavy_first_order<Traits::kBlockM, Traits::kBlockN>(ordered, static_cast<int>(ctas));
   const typename Traits::Params p{
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                           Traits::gmem_tensor(f.q, f.seqlen_q, f.head_dim, f.heads_q, f.batch, q_stride),
@@ -67,12 +80,30 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
                           Traits::gmem_tensor_out(f.o, f.seqlen_q, f.head_dim, f.heads_q, f.batch, o_stride),
                           typename Traits::SmemLayoutQ{}),
       ordered};
-  auto kernel = f.softcap > 0 ? fwd_kernel<Traits, true, kSchedule> : fwd_kernel<Traits, false, kSchedule>;
+  auto kernel = fwd_kernel<Traits, false, kSchedule>;
+  if constexpr (kWithSoftcap) {
+    if (f.softcap > 0) kernel = fwd_kernel<Traits, true, kSchedule>;
+  }
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
       err != cudaSuccess)
     return err;
   kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSmemBytes, stream>>>(p);
   return cudaGetLastError();
+}
+
+template <typename T, int kHeadDim, int kSchedule>
+cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
+  using Element = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, cutlass::bfloat16_t, cutlass::half_t>;
+  constexpr int kConsumers = FwdConfig<kHeadDim>::kConsumers, kConsumersLong = FwdConfig<kHeadDim>::kConsumersLong;
+  int device = 0, sms = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
+    return err;
+  if constexpr (kConsumersLong != kConsumers) {
+    if (use_long_variant(f, sms))
+      return launch_variant<FwdTraits<Element, kHeadDim, kConsumersLong>, kSchedule, false>(f, sms, stream);
+  }
+  return launch_variant<FwdTraits<Element, kHeadDim, kConsumers>, kSchedule>(f, sms, stream);
 }
 
 }  // namespace flashtile::cuda::sm90
