@@ -1,5 +1,5 @@
 // The sm90 forward kernel (H100, H200): the FlashAttention-2 schedule on Hopper's machinery.
-//   - persistent: one CTA per SM walks the tiles (query block of 128 rows, batch x head) in
+//   - persistent: one CTA per SM walks the tiles (query block of kBlockM = 64 x consumers rows, batch x head) in
 //     rounds of gridDim.x, snaking (for_each_persistent_tile); tiles run head by head when every tile has the same work
 //     (the CTAs at work at one time share a few heads' K and V in L2), longest first under a mask (CtaBlock).
 //     A CTA's producer loads the next tile's first K/V tiles, and its Q where a second Q buffer fits (D <= 128;
@@ -9,7 +9,8 @@
 //   - warp specialization: warpgroup 0 is the producer. It gives its registers away (setmaxnreg) and one
 //     thread issues every copy: Q once, then K and V tiles by TMA into a kStages-deep mbarrier pipeline
 //     (cutlass::PipelineTmaAsync), K/V for GQA from head h / group;
-//   - warpgroups 1 and 2 are consumers, 64 query rows each: S = Q K^T on wgmma from shared memory, the online
+//   - warpgroups 1 and 2 are consumers (also 3 in D = 64's long variant: FwdConfig, fwd_launch.cuh), 64 query
+//     rows each: S = Q K^T on wgmma from shared memory, the online
 //     softmax in registers (exp2, the scale folded into one FMA, each row's max and sum reduced in a tree, O
 //     rescaled under the next product, at D >= 128 only when a row's max grew by more than 2^8, one division per
 //     row at the end), then O += P V on wgmma with P taken
