@@ -13,6 +13,7 @@
 
 #include "backends/cuda/sm90/fwd_kernel.cuh"
 #include "backends/cuda/sm90/fwd_launch.hpp"
+#include "backends/cuda/sm90/fwd_variant.hpp"
 
 namespace flashtile::cuda::sm90 {
 
@@ -21,21 +22,6 @@ namespace flashtile::cuda::sm90 {
 inline void tma_safe_strides(const int64_t (&in)[3], int batch, int seqlen, int heads, int64_t (&out)[3]) {
   const int extent[3] = {batch, seqlen, heads};
   for (int d = 0; d < 3; ++d) out[d] = extent[d] > 1 ? in[d] : 8;
-}
-
-// Whether a call takes its head dim's long variant (FwdConfig::kConsumersLong, 192-row tiles at D = 64): where
-// the middle query row sees at least 2048 keys, without a softcap (its variant spills at 160 registers a thread),
-// and with enough 192-row tiles to give every SM one. Measured at D = 64 against the 128-row tiles (grid A bf16,
-// docs/perf-log.md, sm90 forward v18): full S >= 2048 +7-15%, causal S >= 4096 +3-13% (middle row: S / 2 keys);
-// full S <= 1024 -1 to -3%, causal S <= 2048 -3 to -16%.
-inline bool use_long_variant(const FwdKernelParams& f, int sms) {
-  constexpr int64_t kMinKeys = 2048, kLongRows = 192;
-  if (f.softcap > 0) return false;
-  const int64_t mid = f.seqlen_q / 2;
-  const int64_t first = std::max<int64_t>(0, mid + f.key_offset - f.window_left);
-  const int64_t last = std::min<int64_t>(f.seqlen_k - 1, mid + static_cast<int64_t>(f.key_offset) + f.window_right);
-  const int64_t tiles = (f.seqlen_q + kLongRows - 1) / kLongRows * f.batch * f.heads_q;
-  return last - first + 1 >= kMinKeys && tiles >= sms;
 }
 
 // One variant's launch: the tile count for its kBlockM (the caller's m_blocks is for the registry's block_m),
@@ -100,8 +86,8 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
     return err;
   if constexpr (kConsumersLong != kConsumers) {
-    if (use_long_variant(f, sms))
-      return launch_variant<FwdTraits<Element, kHeadDim, kConsumersLong>, kSchedule, false>(f, sms, stream);
+    using Long = FwdTraits<Element, kHeadDim, kConsumersLong>;
+    if (use_long_variant(f, sms, Long::kBlockM)) return launch_variant<Long, kSchedule, false>(f, sms, stream);
   }
   return launch_variant<FwdTraits<Element, kHeadDim, kConsumers>, kSchedule>(f, sms, stream);
 }
