@@ -12,7 +12,7 @@ using FwdLauncher = cudaError_t (*)(const FwdKernelParams&, cudaStream_t);
 struct FwdKernelInfo {
   FwdLauncher launch = nullptr;
   int head_dim = 0;  // the instantiated head dim the call is padded up to
-  int block_m = 0;   // query rows per CTA
+  int block_m = 0;   // query rows per CTA (sm90 at D = 64 may launch its 192-row variant, and sets m_blocks itself)
   int smem_bytes = 0;
 };
 

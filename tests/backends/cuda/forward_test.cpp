@@ -198,6 +198,9 @@ TEST_P(CudaForward, LargeShapes) {
   p = make_problem({1, 4500, 4600, 48, 12, 64}, DType::kFloat16);
   p.options.causal = true;
   expect_large_pass(p, 7008, GetParam());
+  p = make_problem({1, 4600, 4400, 6, 6, 64}, DType::kBFloat16);  // Sq > Sk: the first 200 rows see no key
+  p.options.causal = true;
+  expect_large_pass(p, 7009, GetParam());
 }
 
 // sm90's long variant at D = 64 (three consumer warpgroups, 192-row tiles: fwd_launch.cuh, use_long_variant),
@@ -205,11 +208,28 @@ TEST_P(CudaForward, LargeShapes) {
 // SM (132 on an H100/H200); a softcap keeps the ordinary variant. On sm80 these are ordinary shapes.
 TEST_P(CudaForward, LongRowsAtHeadDim64) {
   expect_large_pass(make_problem({1, 192, 2048, 132, 132, 64}, DType::kBFloat16), 7300, GetParam());
-  Problem p = make_problem({1, 200, 2300, 140, 35, 64}, DType::kFloat16);  // keys past the queries: offset 2100
+  Problem p = make_problem({1, 384, 2600, 70, 35, 64}, DType::kFloat16);  // keys past the queries: offset 2216
   p.options.causal = true;
   expect_large_pass(p, 7301, GetParam());
   p.options.softcap = 30.0f;
   expect_large_pass(p, 7302, GetParam());
+}
+
+// Lazy rescaling (D >= 128 on sm90): O and the sums are rescaled only when a row's max grows by more than 8 in
+// log2 units, which normal inputs rarely do after the first key tile. Peaked inputs (q and k scaled 5x and 3x)
+// and a large softmax scale move the max by more than that in later tiles too; many key tiles, both masks.
+TEST_P(CudaForward, RunningMaxJumpsAcrossKeyTiles) {
+  uint64_t seed = 7400;
+  for (int64_t d : {128, 192, 256})
+    for (bool causal : {false, true}) {
+      Problem p = make_problem({1, 300, 2000, 4, 2, d}, d == 192 ? DType::kFloat16 : DType::kBFloat16);
+      p.inputs = Inputs::kPeaked;
+      p.options.causal = causal;
+      expect_pass(p, seed++, GetParam());
+      p.inputs = Inputs::kNormal;
+      p.options.softmax_scale = 2.0f;
+      expect_pass(p, seed++, GetParam());
+    }
 }
 
 // sm80's ring rows on Hopper over many blocks: D = 256's is persistent (one CTA per SM walks query blocks, its

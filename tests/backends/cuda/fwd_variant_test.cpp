@@ -12,7 +12,7 @@
 namespace flashtile {
 namespace {
 
-constexpr int kSms = 132, kLongBlockM = 192;
+constexpr int kSms = 132, kBlockM = 128, kLongBlockM = 192;
 
 // Grid A's shape at sequence length s (batch 16384 / s, 32 heads at D = 64), or the given batch and heads.
 cuda::FwdKernelParams params(int64_t sq, int64_t sk, bool causal, int batch, int heads, int64_t left = -1) {
@@ -23,7 +23,9 @@ cuda::FwdKernelParams params(int64_t sq, int64_t sk, bool causal, int batch, int
   return f;
 }
 
-bool long_variant(const cuda::FwdKernelParams& f) { return cuda::sm90::use_long_variant(f, kSms, kLongBlockM); }
+bool long_variant(const cuda::FwdKernelParams& f) {
+  return cuda::sm90::use_long_variant(f, kSms, kBlockM, kLongBlockM);
+}
 
 TEST(Sm90ForwardVariant, GridAFollowsTheMeasurement) {
   for (int64_t s : {512, 1024, 2048, 4096, 8192, 16384}) {
@@ -53,6 +55,16 @@ TEST(Sm90ForwardVariant, NeedsATilePerSmAndNoSoftcap) {
   capped.softcap = 30.0f;
   EXPECT_FALSE(long_variant(capped));
   EXPECT_FALSE(long_variant(params(4096, 0, false, 4, 32)));  // no keys
+}
+
+// Query rows a 192-row tile would pad far more than 128-row tiles: decode-like calls keep the ordinary tiles.
+TEST(Sm90ForwardVariant, KeepsOrdinaryTilesWhereLongOnesWouldPad) {
+  EXPECT_FALSE(long_variant(params(1, 8192, false, 64, 32)));      // 192 rows for 1 against 128
+  EXPECT_FALSE(long_variant(params(200, 2300, true, 1, 140)));     // 384 against 256
+  EXPECT_TRUE(long_variant(params(384, 2600, true, 1, 70)));       // 384 against 384
+  EXPECT_TRUE(long_variant(params(2100, 2100, false, 2, 40)));     // 2112 against 2176
+  EXPECT_TRUE(long_variant(params(6000, 6000, false, 1, 32)));     // 6144 against 6016: 2% more
+  EXPECT_FALSE(long_variant(params(1000, 4096, false, 4, 64)));    // 1152 against 1024: 12.5% more
 }
 
 }  // namespace

@@ -12,8 +12,8 @@
 //   - warpgroups 1 and 2 are consumers (also 3 in D = 64's long variant: FwdConfig, fwd_launch.cuh), 64 query
 //     rows each: S = Q K^T on wgmma from shared memory, the online
 //     softmax in registers (exp2, the scale folded into one FMA, each row's max and sum reduced in a tree, O
-//     rescaled under the next product, at D >= 128 only when a row's max grew by more than 2^8, one division per
-//     row at the end), then O += P V on wgmma with P taken
+//     rescaled under the next product, at D >= 128 only when a row's max grew by more than 8 in log2 units (its
+//     weight by more than 2^8), one division per row at the end), then O += P V on wgmma with P taken
 //     from registers. Each tile's scores are issued before the previous tile's P V, so its softmax runs while
 //     the tensor cores work (kOverlap; the harness also measures kPingPong, the two warpgroups taking turns at
 //     issuing their products);
@@ -22,8 +22,8 @@
 //   - the epilogue writes O into the tile's Q buffer and stores it by TMA, so the consumers start the next tile
 //     while the writes land.
 // Shared memory (T = bf16 or fp16), rows of the head dim swizzled (128-byte swizzle, 64-byte for D = 96):
-//   sQ [kQStages] (128 x kHeadDim), sK [kStages] (kBlockN x kHeadDim), sV [kStages] (kBlockN x kHeadDim, read transposed
-//   as kHeadDim x kBlockN: MN-major for P V's B operand)
+//   sQ [kQStages] (kBlockM x kHeadDim), sK [kStages] (kBlockN x kHeadDim), sV [kStages] (kBlockN x kHeadDim,
+//   read transposed as kHeadDim x kBlockN: MN-major for P V's B operand)
 // Registers per consumer thread: S (64 x kBlockN) kBlockN / 2 floats, O (64 x kHeadDim) kHeadDim / 2 floats.
 #pragma once
 
@@ -134,7 +134,8 @@ struct FwdTraits {
   };
 };
 
-// The shared memory a head dim's launches may take: the larger of its variants' (the registry's figure).
+// The shared memory a head dim's launches may take: the larger of its variants' (the registry's figure; so a
+// FLASHTILE_CUDA_SMEM_LIMIT between the two refuses the head dim, though the ordinary variant would fit).
 template <typename T, int kHeadDim>
 constexpr int fwd_smem_bytes() {
   constexpr int a = FwdTraits<T, kHeadDim>::kSmemBytes;
@@ -162,10 +163,11 @@ struct Consumer {
   // by up to kRescaleThreshold / scale_log2 (softmax); row_sum: per-thread sums.
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.0f, 0.0f};
   bool rescale = false;  // the last softmax moved row_max: O must be scaled by its alpha (rescale_o)
-  // Lazy rescaling (FlashAttention-4's), at D >= 128: a warp keeps its rows' row_max while no row's max has grown
-  // by more than kRescaleThreshold powers of two, so P = exp2(S * scale_log2 - shift) stays <= 2^8 and O and the
-  // sums need no rescale. It pays where O's rescale is long (D / 2 FMULs a thread and step: +1.3% at D = 128,
-  // +7% at 256); at D = 64 the vote on the softmax's path cost more than its 32 FMULs (docs/perf-log.md, v15).
+  // Lazy rescaling (FlashAttention-4's), at D >= 128: a warp keeps its rows' row_max while no row's max times
+  // scale_log2 has grown by more than kRescaleThreshold, so P = exp2(S * scale_log2 - shift) stays <= 2^8 and O
+  // and the sums need no rescale. It pays where O's rescale is long (D / 2 FMULs a thread and step: +1.3% at
+  // D = 128, +7% at 256); at D = 64 the vote on the softmax's path cost more than its 32 FMULs (docs/perf-log.md,
+  // v15).
   static constexpr bool kLazyRescale = kHeadDim >= 128;
   static constexpr float kRescaleThreshold = 8.0f;
   int first_row;  // the warpgroup's first query row
@@ -218,8 +220,9 @@ struct Consumer {
   }
 
   // Softcap, then the mask (kMasked: this tile has keys some of the warpgroup's rows do not see), then
-  // P = exp2(S * scale_log2 - max) in place in S, the running sums, and in alpha the factor O must be scaled by
-  // for the change of the running max (rescale_o, once no product writes O any more).
+  // P = exp2(S * scale_log2 - shift) in place in S (the shift is row_max * scale_log2; row_max may trail the
+  // true max), the running sums, and in alpha the factor O must be scaled by for the change of row_max
+  // (rescale_o, once no product writes O any more).
   template <bool kMasked>
   __device__ void softmax(int col0, const FwdKernelParams& f, float (&alpha)[2]) {
     using namespace cute;
@@ -327,7 +330,7 @@ struct Consumer {
 
   // The epilogue's first half: O / l in T into this warpgroup's 64 rows of sO (the tile's Q buffer, which no
   // product reads any more), for the TMA store (fwd_kernel). stmatrix writes four 8 x 8 blocks of a warp per
-  // instruction (kHeadDim / 16 a thread, against kHeadDim / 2 four-byte stores), each lane giving one 16-byte
+  // instruction (kHeadDim / 16 a thread, against kHeadDim / 4 four-byte stores), each lane giving one 16-byte
   // row's address, which the swizzle keeps contiguous.
   template <class SmemO>
   __device__ void stage_o(const SmemO& sO, const float (&inv)[2], int thread_in_warpgroup) {
@@ -501,7 +504,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       c.issue_accumulate(sVt(_, _, state_v.index()));
       their_turn();
     }
-    // The epilogue: the rows' 1 / l and LSE while the last P V runs; then both warpgroups write O into the
+    // The epilogue: the rows' 1 / l and LSE while the last P V runs; then the consumers write O into the
     // tile's Q buffer, one thread stores the tile by TMA (rows past the sequence end and columns past the head
     // dim are clipped by the descriptor) and waits only until the buffer has been read, and the consumers go on
     // to the next tile while the writes land. The Q buffer is released (q_empty) once that read is done: the

@@ -67,8 +67,9 @@ cudaError_t launch_variant(const FwdKernelParams& f, int sms, cudaStream_t strea
                           typename Traits::SmemLayoutQ{}),
       ordered};
   auto kernel = fwd_kernel<Traits, false, kSchedule>;
-  if constexpr (kWithSoftcap) {
-    if (f.softcap > 0) kernel = fwd_kernel<Traits, true, kSchedule>;
+  if (f.softcap > 0) {
+    if constexpr (!kWithSoftcap) return cudaErrorInvalidValue;  // never a silent call without the cap
+    else kernel = fwd_kernel<Traits, true, kSchedule>;
   }
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
       err != cudaSuccess)
@@ -85,11 +86,13 @@ cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
   if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
     return err;
-  if constexpr (kConsumersLong != kConsumers) {
+  using Ordinary = FwdTraits<Element, kHeadDim, kConsumers>;
+  if constexpr (kConsumersLong != kConsumers && kSchedule != Schedule::kPingPong) {  // ping-pong pairs two
     using Long = FwdTraits<Element, kHeadDim, kConsumersLong>;
-    if (use_long_variant(f, sms, Long::kBlockM)) return launch_variant<Long, kSchedule, false>(f, sms, stream);
+    if (use_long_variant(f, sms, Ordinary::kBlockM, Long::kBlockM))
+      return launch_variant<Long, kSchedule, false>(f, sms, stream);
   }
-  return launch_variant<FwdTraits<Element, kHeadDim, kConsumers>, kSchedule>(f, sms, stream);
+  return launch_variant<Ordinary, kSchedule>(f, sms, stream);
 }
 
 }  // namespace flashtile::cuda::sm90

@@ -10,7 +10,8 @@
 namespace flashtile::cuda::sm90 {
 
 // Defined in fwd_launch.cuh; explicitly instantiated once per generated translation unit (with the library's
-// Schedule (fwd_config.hpp); the Hopper harness also instantiates the others, to measure what each step buys).
+// Schedule (fwd_config.hpp); the Hopper harness also instantiates the others at D = 128, to measure what each
+// step buys; kPingPong never takes a head dim's long variant, whose three consumers it cannot pair).
 template <typename T, int kHeadDim, int kSchedule = kOverlap>
 cudaError_t launch_fwd(const FwdKernelParams& params, cudaStream_t stream);
 
