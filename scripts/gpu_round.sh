@@ -113,7 +113,8 @@ if want sanitize; then  # a small subset of each GPU suite under every compute-s
     # runs past 150 s; the sm80 ones take seconds)
     for spec in "forward:*RowsWithNoVisibleKey*:*EmptyProblems*" \
       "forward-sm80:*RowsWithNoVisibleKey*/sm80:*EmptyProblems*/sm80" \
-      "forward-sm90:*RowsWithNoVisibleKey*/sm90:*EmptyProblems*/sm90:*LongRowsAtHeadDim64*/sm90" "backward:*RowsAndKeysNobodySees*"; do
+      "forward-sm90:*RowsWithNoVisibleKey*/sm90:*EmptyProblems*/sm90:*LongRowsAtHeadDim64*/sm90" \
+      "backward:*RowsAndKeysNobodySees*"; do
       suite=${spec%%:*}
       [[ " ${SANITIZE_SUITES:-forward backward} " == *" $suite "* ]] || continue
       echo "== compute-sanitizer --tool $tool ($suite)"

@@ -1,7 +1,8 @@
 // The sm90 forward kernel (H100, H200): the FlashAttention-2 schedule on Hopper's machinery.
-//   - persistent: one CTA per SM walks the tiles (query block of kBlockM = 64 x consumers rows, batch x head) in
-//     rounds of gridDim.x, snaking (for_each_persistent_tile); tiles run head by head when every tile has the same work
-//     (the CTAs at work at one time share a few heads' K and V in L2), longest first under a mask (CtaBlock).
+//   - persistent: one CTA per SM walks the tiles (query block of kBlockM = 64 x consumers rows, batch x head)
+//     in rounds of gridDim.x, snaking (for_each_persistent_tile); tiles run head by head when every tile has the
+//     same work (the CTAs at work at one time share a few heads' K and V in L2), longest first under a mask
+//     (CtaBlock).
 //     A CTA's producer loads the next tile's first K/V tiles, and its Q where a second Q buffer fits (D <= 128;
 //     at D = 192 and 256 once the current tile's O has left the one buffer), while its consumers finish the
 //     current tile, so a tile's prologue and epilogue overlap its neighbours' (a fresh CTA per tile would
@@ -10,13 +11,12 @@
 //     thread issues every copy: Q once, then K and V tiles by TMA into a kStages-deep mbarrier pipeline
 //     (cutlass::PipelineTmaAsync), K/V for GQA from head h / group;
 //   - warpgroups 1 and 2 are consumers (also 3 in D = 64's long variant: FwdConfig, fwd_launch.cuh), 64 query
-//     rows each: S = Q K^T on wgmma from shared memory, the online
-//     softmax in registers (exp2, the scale folded into one FMA, each row's max and sum reduced in a tree, O
-//     rescaled under the next product, at D >= 128 only when a row's max grew by more than 8 in log2 units (its
-//     weight by more than 2^8), one division per row at the end), then O += P V on wgmma with P taken
-//     from registers. Each tile's scores are issued before the previous tile's P V, so its softmax runs while
-//     the tensor cores work (kOverlap; the harness also measures kPingPong, the two warpgroups taking turns at
-//     issuing their products);
+//     rows each: S = Q K^T on wgmma from shared memory, the online softmax in registers (exp2, the scale folded
+//     into one FMA, each row's max and sum reduced in a tree, O rescaled under the next product, at D >= 128
+//     only when a row's max grew by more than 8 in log2 units (its weight by more than 2^8), one division per
+//     row at the end), then O += P V on wgmma with P taken from registers. Each tile's scores are issued before
+//     the previous tile's P V, so its softmax runs while the tensor cores work (kOverlap; the harness also
+//     measures kPingPong, the two warpgroups taking turns at issuing their products);
 //   - masks (causal, sliding window, the sequence end) only on tiles that need them; softcap before the mask;
 //     tiles the mask hides entirely are never loaded;
 //   - the epilogue writes O into the tile's Q buffer and stores it by TMA, so the consumers start the next tile
