@@ -376,8 +376,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   constexpr int kPerBlock = decltype(size<0>(tScS))::value, kRowSlots = 2 * kBlockM / 64;
   auto row_slot = [](int e) { return (e / 2) % 2 + 2 * (e / kPerBlock); };
   auto slot_row = [&](int slot) { return static_cast<int>(get<0>(tScS(2 * (slot % 2) + kPerBlock * (slot / 2)))); };
-  auto tSsP = thr_sdp.partition_C(sP_w);
-  auto tSsdS = thr_sdp.partition_C(sdS_w);
+  // P and dS leave the registers by stmatrix: four 8 x 8 blocks of a warp per instruction, each lane giving one
+  // 16-byte row's address (the swizzle keeps those rows contiguous), instead of a four-byte store per element
+  // pair at a swizzled address computed per pair.
+  auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, T>{}, mma_sdp);
+  auto thr_stsm = stsm.get_thread_slice(tid);
+  auto tPsP = thr_stsm.partition_D(sP_w);
+  auto tPsdS = thr_stsm.partition_D(sdS_w);
   auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, DqCols>{}));
   const auto dq_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
   const int key_w0 = key0 + w * (kBlockN / 2);  // this consumer's first key
@@ -403,10 +408,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     const bool full_tile = last_query + f.key_offset - f.window_left <= key_w0 &&
                            row0 + f.key_offset + f.window_right >= key_w0 + kBlockN / 2 - 1 &&
                            key_w0 + kBlockN / 2 <= f.seqlen_k;
-    // S -> softcap, mask, and (without a softcap) P in place while dP is still on the tensor cores; then dS, and
-    // P and dS into shared memory, two columns per store. Under a softcap S keeps the capped scores until dS,
-    // which needs them (grad_score). The other consumer may still be reading the previous step's dS for its dQ
-    // until the step barrier.
+    // S -> softcap, mask, and (without a softcap) P in place while dP is still on the tensor cores; then dS, P and
+    // dS in T in registers, and once the other consumer is done reading the previous step's dS for its dQ (the
+    // step barrier), both into shared memory by stmatrix. Under a softcap S keeps the capped scores until dS,
+    // which needs them (grad_score).
     auto grads = [&](auto masked) {
       constexpr bool kMasked = decltype(masked)::value;
       // Each of this thread's rows tests its elements against the keys it sees relative to the thread's first
@@ -429,27 +434,23 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrdP);
+      auto rP = make_tensor_like<T>(tSrS);
+      auto rdS = make_tensor_like<T>(tSrS);
+      CUTE_UNROLL
+      for (int e = 0; e < size(tSrS); ++e) {
+        const float x = tSrS(e);
+        const float prob = kSoftcap ? exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)])) : x;
+        rP(e) = T(prob);
+        rdS(e) = T(sm80::grad_score<kSoftcap, kMasked>(prob, tSrdP(e), delta[row_slot(e)], x, f));
+      }
       // P and dS are rewritten once every warp of the consumer is past the previous step's products that read
       // them (a warp's wgmma wait covers its own share only): with dQ split by columns or rows the step barrier
       // says so for both consumers; otherwise (dQ split by keys, or no dQ: deterministic) a barrier of the
       // consumer's own here.
       if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
       if (!kSharedDs && i > 0) named_sync(1 + w, 128);
-      CUTE_UNROLL
-      for (int e = 0; e < size(tSrS); e += 2) {
-        const int hr = row_slot(e);
-        float prob[2], ds[2];
-        CUTE_UNROLL
-        for (int j = 0; j < 2; ++j) {
-          const float x = tSrS(e + j);
-          prob[j] = kSoftcap ? exp2_approx(fmaf(x, f.scale_log2, -lse2[hr])) : x;
-          ds[j] = sm80::grad_score<kSoftcap, kMasked>(prob[j], tSrdP(e + j), delta[hr], x, f);
-        }
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&tSsP(e)))),
-                     "r"(sm80::pack2<CudaT>(prob[0], prob[1])));
-        asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(static_cast<uint32_t>(__cvta_generic_to_shared(&tSsdS(e)))),
-                     "r"(sm80::pack2<CudaT>(ds[0], ds[1])));
-      }
+      copy(stsm, thr_stsm.retile_S(rP), tPsP);
+      copy(stsm, thr_stsm.retile_S(rdS), tPsdS);
     };
     if (full_tile)
       grads(std::false_type{});
