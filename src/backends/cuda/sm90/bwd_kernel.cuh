@@ -263,10 +263,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   const int steps = per_head * f.group;
   // The warpgroup through a shuffle, so that the compiler knows it is the same in every lane of a warp: the
   // consumer's wgmma descriptors (its halves of K and V) are then built in uniform registers, not moved into
-  // them before each wgmma (R2UR 255 -> 23 at D = 128; the forward's v8). Not at D = 64, where ptxas then spills
-  // 284 bytes (32 without) and the backward measured 4-9% slower (docs/perf-log.md, sm90 backward v6).
-  const int warpgroup = Traits::kHeadDim == 64 ? static_cast<int>(threadIdx.x / 128)
-                                               : __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
+  // them before each wgmma (R2UR 255 -> 23 at D = 128, 323 -> 23 at 64; the forward's v8). At D = 64 it spilled
+  // until P and dS went out by stmatrix (docs/perf-log.md, sm90 backward v6 and v8).
+  const int warpgroup = __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x / 128), 0);
   const int tid = static_cast<int>(threadIdx.x % 128);
   const int64_t padded = bwd_padded_rows(f.seqlen_q);
 
