@@ -48,6 +48,12 @@ if ! cmake --build "$wt/build-device" -j "$(nproc)" --target flashtile > "$wt/bu
   exit 1
 fi
 lib=$wt/build-device/libflashtile.so.0.1.0
+# As device_prepare.sh: a candidate whose wgmma ptxas serialized (C751x) is not worth timing.
+if grep -qE "C751[0-9]" "$wt/build-device/build.log"; then
+  echo "candidate_lib: ptxas serialized wgmma in $name:" >&2
+  grep -E "C751[0-9]" "$wt/build-device/build.log" | sed -E 's/.*function .([A-Za-z0-9_]+).*/  \1/' | sort -u >&2
+  exit 1
+fi
 
 # Every library symbol the baseline's tool and GPU tests import must be exported by the candidate too.
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)
