@@ -24,7 +24,7 @@
 #     PROFILE_SHAPES="D:S:mask ..." picks grid A shapes;
 #   bwdparts: each kernel's time in one sm80 backward beside FA2's kernels (ncu; PROFILE_SHAPES as profilebwd);
 #   profilebwd90: Nsight Compute on the sm90 backward's main kernel (with its SASS source counters) and on cuDNN's
-#     backward kernels, B=8 H=16 S=2048 D=128 full;
+#     backward kernels, B=8 S=2048 full, D=128 H=16 (PROFILE90_D=256: D=256 H=8);
 #   ab: this tree's library, then each candidate library of .device/cand-*/ (scripts/candidate_lib.sh <ref> <name>),
 #     through the same tool: `flashtile bench $AB_ARGS` (default grid A bf16 forward and backward, sm80) into
 #     ab-<name>[-$AB_TAG].jsonl, bench/ab_table.py's summary; AB_CANDS=name,... picks candidates (default all);
@@ -241,21 +241,27 @@ if want bwdparts; then  # each kernel's time in one backward: flashtile sm80 and
   done
 fi
 
-if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backward, B=8 H=16 S=2048 D=128 full
-  # PROFILE_CANDS=name,... also profiles those candidate libraries (.device/cand-<name>, scripts/candidate_lib.sh)
-  # into ncu-bwd-sm90-<name>.txt, to set beside this tree's; PROFILE_CUDNN=0 leaves cuDNN out.
-  echo "== ncu: flashtile sm90 backward (bwd_kernel) and cuDNN's backward kernels, B=8 H=16 S=2048 D=128 bf16 full"
+if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backward, B=8 S=2048 bf16 full
+  # PROFILE90_D picks the head dim (default 128; heads 2048 / D, as grid A); reports of another head dim than 128
+  # get a -d<D> suffix. PROFILE_CANDS=name,... also profiles those candidate libraries (.device/cand-<name>,
+  # scripts/candidate_lib.sh) into ncu-bwd-sm90-<name>.txt, to set beside this tree's; PROFILE_CUDNN=0 leaves
+  # cuDNN out.
+  d90=${PROFILE90_D:-128}
+  h90=$((2048 / d90))
+  sfx90=$([ "$d90" = 128 ] || echo "-d$d90")
+  echo "== ncu: flashtile sm90 backward (bwd_kernel) and cuDNN's backward kernels, B=8 H=$h90 S=2048 D=$d90 bf16 full"
   profile_bwd90() {  # <report name> [library directory]: the second launch of bwd_kernel, all sections
     LD_LIBRARY_PATH=${2:+$2:}$LD_LIBRARY_PATH timeout 200 ncu --set full --import-source yes --launch-skip 1 \
-      --launch-count 1 -k regex:^bwd_kernel -o "$out/$1" $bin run -b 8 -s 2048 --heads 16 --head-dim 128 --no-causal \
-      --backend cuda-sm90 --backward -r 2 --verify-rows 2 > /dev/null 2>&1 || status=1
+      --launch-count 1 -k regex:^bwd_kernel -o "$out/$1" $bin run -b 8 -s 2048 --heads "$h90" --head-dim "$d90" \
+      --no-causal --backend cuda-sm90 --backward -r 2 --verify-rows 2 > /dev/null 2>&1 || status=1
     ncu --import "$out/$1.ncu-rep" --print-details all > "$out/$1.txt" 2>&1
   }
-  profile_bwd90 ncu-bwd-sm90
-  ncu --import "$out/ncu-bwd-sm90.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 > "$out/ncu-bwd-sm90-sass.csv.xz"
+  profile_bwd90 "ncu-bwd-sm90$sfx90"
+  ncu --import "$out/ncu-bwd-sm90$sfx90.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 \
+    > "$out/ncu-bwd-sm90$sfx90-sass.csv.xz"
   for name in ${PROFILE_CANDS//,/ }; do
     unpack_lib ".device/cand-$name/libflashtile.so.0.1.0.xz" "/tmp/flashtile-cand-$name"
-    profile_bwd90 "ncu-bwd-sm90-$name" "/tmp/flashtile-cand-$name"
+    profile_bwd90 "ncu-bwd-sm90$sfx90-$name" "/tmp/flashtile-cand-$name"
   done
   rm -f "$out"/ncu-bwd-sm90*.ncu-rep
   if [ "${PROFILE_CUDNN:-1}" = 1 ]; then
@@ -263,15 +269,15 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
     timeout 240 ncu --set full --profile-from-start off --print-details all python3 -c "
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
-q = torch.randn(8, 16, 2048, 128, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+q = torch.randn(8, $h90, 2048, $d90, device='cuda', dtype=torch.bfloat16, requires_grad=True)
 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
     for i in range(4):
         if i == 3: torch.cuda.profiler.start()
         torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
     torch.cuda.synchronize()
-    torch.cuda.profiler.stop()" > "$out/ncu-bwd-cudnn.txt" 2>&1 || status=1
+    torch.cuda.profiler.stop()" > "$out/ncu-bwd-cudnn$sfx90.txt" 2>&1 || status=1
   fi
-  grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Shared Memory Throughput|Block Size|Grid Size|Dynamic Shared" \
+  grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Shared Memory Throughput|L2 Cache Throughput|Block Size|Grid Size|Dynamic Shared" \
     "$out"/ncu-bwd-*.txt | cut -c1-200
 fi
 
