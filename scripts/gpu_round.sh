@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One round on the GPU machine, everything in one call (device time is scarce):
 #   1. what machine this is (GPU, CPU, versions);
-#   2. the GPU tests (TEST_RUNS picks suites: default forward-sm80 forward-sm90 backward), then compute-sanitizer
+#   2. the GPU tests (TEST_RUNS picks suites: default forward-sm80 forward-sm90 backward; TEST_CAND=<name> runs
+#      them, and the stages after, on a candidate's library: see below), then compute-sanitizer
 #      (memcheck, racecheck, initcheck, synccheck) on a small subset (SANITIZE_SUITES: default forward backward,
 #      forward-sm80 for the sm80 forward's tests alone;
 #      SANITIZE_TIMEOUT: seconds per tool and suite, default 300);
@@ -54,6 +55,15 @@ if [ .device/libflashtile.so.0.1.0.xz -nt build-device/libflashtile.so.0.1.0 ]; 
   unpack_lib .device/libflashtile.so.0.1.0.xz build-device
 fi
 export LD_LIBRARY_PATH=$PWD/build-device:$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+# TEST_CAND=<name>: the stages that load the library through LD_LIBRARY_PATH (tests, sanitize, run, check, the
+# benches) use candidate <name>'s (.device/cand-<name>/, scripts/candidate_lib.sh; a full build, not narrowed)
+# instead of this tree's: a branch's kernels tested before it is merged. ab and peers name their libraries
+# themselves.
+if [ -n "${TEST_CAND:-}" ]; then
+  unpack_lib ".device/cand-$TEST_CAND/libflashtile.so.0.1.0.xz" "/tmp/flashtile-cand-$TEST_CAND" || exit 1
+  export LD_LIBRARY_PATH=/tmp/flashtile-cand-$TEST_CAND:$LD_LIBRARY_PATH
+  echo "gpu_round: the library of candidate $TEST_CAND: $(cut -c1-80 ".device/cand-$TEST_CAND/commit.txt")"
+fi
 bin=build-device/tools/flashtile
 stages=${*:-tests sanitize python run check ablation benchC benchA peersA}
 status=0
