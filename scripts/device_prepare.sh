@@ -22,11 +22,11 @@ cd "$(dirname "$0")/.."
 source scripts/device_options.sh
 mkdir -p build-device
 scripts/setup.sh build-device "${device_cmake_args[@]}" "$@" 2>&1 | tee build-device/prepare.log
-# ptxas's C751x info lines (C7512: too few registers for the wgmma in flight; C7513, C7515: other causes) say a
-# kernel's wgmma were serialized: stop before timing such a build.
-if grep -qE "C751[0-9]" build-device/prepare.log; then
+# ptxas's "wgmma.mma_async instructions are serialized" info lines (C7512: too few registers for the wgmma in
+# flight; C7513, C7515 and others) say a kernel's wgmma were serialized: stop before timing such a build.
+if grep -q "instructions are serialized" build-device/prepare.log; then
   echo "device_prepare: ptxas serialized wgmma in:" >&2
-  grep -E "C751[0-9]" build-device/prepare.log | sed -E 's/.*function .([A-Za-z0-9_]+).*/  \1/' | sort -u >&2
+  grep "instructions are serialized" build-device/prepare.log | sed -E 's/.*function .([A-Za-z0-9_]+).*/  \1/' | sort -u >&2
   exit 1
 fi
 # The GPU test binaries (tests/backends/cuda), linked against the library above.
