@@ -48,12 +48,7 @@ if ! cmake --build "$wt/build-device" -j "$(nproc)" --target flashtile > "$wt/bu
   exit 1
 fi
 lib=$wt/build-device/libflashtile.so.0.1.0
-# As device_prepare.sh: a candidate whose wgmma ptxas serialized is not worth timing.
-if grep -q "instructions are serialized" "$wt/build-device/build.log"; then
-  echo "candidate_lib: ptxas serialized wgmma in $name:" >&2
-  grep "instructions are serialized" "$wt/build-device/build.log" | sed -E 's/.*function .([A-Za-z0-9_]+).*/  \1/' | sort -u >&2
-  exit 1
-fi
+scripts/check_wgmma_serialized.sh "$wt/build-device/build.log" "candidate_lib $name"  # not worth timing
 
 # Every library symbol the baseline's tool and GPU tests import must be exported by the candidate too.
 exported=$(nm -D --defined-only "$lib" | awk '{print $3}' | sort -u)

@@ -22,13 +22,7 @@ cd "$(dirname "$0")/.."
 source scripts/device_options.sh
 mkdir -p build-device
 scripts/setup.sh build-device "${device_cmake_args[@]}" "$@" 2>&1 | tee build-device/prepare.log
-# ptxas's "wgmma.mma_async instructions are serialized" info lines (C7512: too few registers for the wgmma in
-# flight; C7513, C7515 and others) say a kernel's wgmma were serialized: stop before timing such a build.
-if grep -q "instructions are serialized" build-device/prepare.log; then
-  echo "device_prepare: ptxas serialized wgmma in:" >&2
-  grep "instructions are serialized" build-device/prepare.log | sed -E 's/.*function .([A-Za-z0-9_]+).*/  \1/' | sort -u >&2
-  exit 1
-fi
+scripts/check_wgmma_serialized.sh build-device/prepare.log device_prepare  # stop before timing such a build
 # The GPU test binaries (tests/backends/cuda), linked against the library above.
 for t in forward backward; do
   g++ -std=c++20 -O2 -fopenmp "tests/backends/cuda/${t}_test.cpp" -Isrc -Iinclude -Itests \

@@ -48,8 +48,11 @@ mkdir -p "$out"
 unpack_lib() {  # <file.xz> <directory>
   mkdir -p "$2"
   python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-    "$1" "$2/libflashtile.so.0.1.0"
-  ln -sf libflashtile.so.0.1.0 "$2/libflashtile.so.0"
+    "$1" "$2/libflashtile.so.0.1.0" && ln -sf libflashtile.so.0.1.0 "$2/libflashtile.so.0"
+}
+# A candidate's library (scripts/candidate_lib.sh: .device/cand-<name>/) unpacked into /tmp/flashtile-cand-<name>.
+cand_dir() {  # <name>: the directory
+  unpack_lib ".device/cand-$1/libflashtile.so.0.1.0.xz" "/tmp/flashtile-cand-$1" && echo "/tmp/flashtile-cand-$1"
 }
 if [ .device/libflashtile.so.0.1.0.xz -nt build-device/libflashtile.so.0.1.0 ]; then
   unpack_lib .device/libflashtile.so.0.1.0.xz build-device
@@ -60,8 +63,8 @@ export LD_LIBRARY_PATH=$PWD/build-device:$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD
 # instead of this tree's: a branch's kernels tested before it is merged. ab and peers name their libraries
 # themselves.
 if [ -n "${TEST_CAND:-}" ]; then
-  unpack_lib ".device/cand-$TEST_CAND/libflashtile.so.0.1.0.xz" "/tmp/flashtile-cand-$TEST_CAND" || exit 1
-  export LD_LIBRARY_PATH=/tmp/flashtile-cand-$TEST_CAND:$LD_LIBRARY_PATH
+  test_lib=$(cand_dir "$TEST_CAND") || exit 1
+  export LD_LIBRARY_PATH=$test_lib:$LD_LIBRARY_PATH
   echo "gpu_round: the library of candidate $TEST_CAND: $(cut -c1-80 ".device/cand-$TEST_CAND/commit.txt")"
 fi
 bin=build-device/tools/flashtile
@@ -270,8 +273,7 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
   ncu --import "$out/ncu-bwd-sm90$sfx90.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 \
     > "$out/ncu-bwd-sm90$sfx90-sass.csv.xz"
   for name in ${PROFILE_CANDS//,/ }; do
-    unpack_lib ".device/cand-$name/libflashtile.so.0.1.0.xz" "/tmp/flashtile-cand-$name"
-    profile_bwd90 "ncu-bwd-sm90$sfx90-$name" "/tmp/flashtile-cand-$name"
+    profile_bwd90 "ncu-bwd-sm90$sfx90-$name" "$(cand_dir "$name")"
   done
   rm -f "$out"/ncu-bwd-sm90*.ncu-rep
   if [ "${PROFILE_CUDNN:-1}" = 1 ]; then
@@ -358,9 +360,7 @@ if want ab; then  # same-call A/B: this tree's library, then each candidate's (s
     [ -f "$xz" ] || continue
     name=$(basename "$(dirname "$xz")") && name=${name#cand-}
     [[ -z ${AB_CANDS:-} || " ${AB_CANDS//,/ } " == *" $name "* ]] || continue
-    dir=/tmp/flashtile-cand-$name
-    unpack_lib "$xz" "$dir"
-    libs+=("$name:$dir")
+    libs+=("$name:$(cand_dir "$name")")
   done
   for entry in "${libs[@]}"; do
     name=${entry%%:*} dir=${entry#*:}
