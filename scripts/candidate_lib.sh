@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Builds another git ref's library (a branch under test) for a same-call A/B on the GPU machine:
-#   scripts/candidate_lib.sh <git ref> <name> [CMake options...]
+# Builds another git ref's library (a branch under test), or this tree's HEAD with prepared patches applied, for a
+# same-call A/B on the GPU machine:
+#   scripts/candidate_lib.sh <git ref | patch[,patch...]> <name> [CMake options...]
+# Patches (bench/candidates/*.patch: kernel changes prepared without a GPU, kept in main so they outlive the
+# session that wrote them) apply in the order given, onto HEAD.
 # Extra CMake options narrow the candidate's build for a quicker A/B, e.g. -DFLASHTILE_CUDA_HEAD_DIMS="64;128"
 # -DFLASHTILE_CUDA_DTYPES=bf16 (then time only those shapes: AB_ARGS with --shapes and --dtype).
 # The ref is checked out in a worktree at .candidates/<name> (ignored by git) and its library built there with
@@ -15,7 +18,7 @@
 #   git worktree remove .candidates/<name>; rm -r .device/cand-<name>
 set -euo pipefail
 cd "$(dirname "$0")/.."
-usage="usage: scripts/candidate_lib.sh <git ref> <name> [CMake options...]"
+usage="usage: scripts/candidate_lib.sh <git ref | patch[,patch...]> <name> [CMake options...]"
 ref=${1:?$usage}
 name=${2:?$usage}
 shift 2
@@ -28,16 +31,32 @@ if [ ! -f "$base_lib" ]; then
   echo "candidate_lib: $base_lib is missing: run scripts/device_prepare.sh first (the baseline)" >&2
   exit 1
 fi
+patches=()
+if [[ $ref == *.patch* ]]; then
+  IFS=, read -r -a patches <<< "$ref"
+  for i in "${!patches[@]}"; do  # paths relative to the repository root, or absolute
+    [ -f "${patches[i]}" ] || { echo "candidate_lib: patch '${patches[i]}' not found" >&2; exit 2; }
+    patches[i]=$(realpath "${patches[i]}")
+  done
+  ref=HEAD
+fi
 git rev-parse --verify -q "$ref^{commit}" >/dev/null || { echo "candidate_lib: '$ref' is not a commit" >&2; exit 2; }
+commit=$(git rev-parse "$ref")
 
 wt=.candidates/${CANDIDATE_TREE:-$name}
 if [ -d "$wt" ]; then
-  git -C "$wt" checkout -q --detach "$ref"
+  # -f and clean: drop what a previous candidate's patches changed or added here (builds are ignored, so kept)
+  git -C "$wt" checkout -q -f --detach "$commit" && git -C "$wt" clean -fdq
 else
   mkdir -p .candidates
-  git worktree add -q --detach "$wt" "$ref"
+  git worktree add -q --detach "$wt" "$commit"
 fi
-echo "candidate_lib: $name = $(git -C "$wt" log --oneline -1)"
+for patch in "${patches[@]}"; do
+  git -C "$wt" apply "$patch" || { echo "candidate_lib: $patch does not apply onto $(git log --oneline -1 "$commit")" >&2; exit 1; }
+done
+what="$(git -C "$wt" log --oneline -1)"
+for patch in "${patches[@]}"; do what+=" + $(basename "$patch")"; done
+echo "candidate_lib: $name = $what"
 source scripts/device_options.sh
 # -U first: a narrowing given to an earlier build of this candidate must not stay in its CMake cache.
 cmake -S "$wt" -B "$wt/build-device" -DCMAKE_BUILD_TYPE=Release "${device_cmake_args[@]}" \
@@ -66,5 +85,5 @@ done
 [ "$missing" = 0 ] || exit 1
 mkdir -p ".device/cand-$name"
 xz -T"$(nproc)" -6 -c "$lib" > ".device/cand-$name/libflashtile.so.0.1.0.xz"
-git -C "$wt" log --oneline -1 > ".device/cand-$name/commit.txt"
+echo "$what" > ".device/cand-$name/commit.txt"
 du -sh ".device/cand-$name"
