@@ -12,7 +12,8 @@
 //      - warpgroups 1 and 2 are consumers, kBlockN / 2 keys each, meeting only at named barriers:
 //          S_w = Q K_w^T, dP_w = dO V_w^T   (kBlockM queries x kBlockN / 2 keys; P_w from S_w while dP_w runs)
 //          P_w, dS_w -> shared memory       (dS without the softmax scale, which dK and dQ get once at the end)
-//          dV_w += P_w^T dO, dK_w += dS_w^T Q  (64 keys x kHeadDim, A and B as transposed shared views)
+//          dV_w += P_w^T dO, dK_w += dS_w^T Q  (64 keys x kHeadDim, A and B as transposed shared views; at
+//                                              D = 256 dV_w^T += dO_w^T P: head-dim half w, all 64 keys)
 //          dQ part, a 64-row box (DqSplit): at D = 128, dQ[:, w half] = dS K (64 columns over all 128 keys, which
 //          needs both consumers' dS); at D = 64, dQ[w rows] = dS[w rows] K (every column, all 128 keys: both
 //          consumers' dS again); at D = 96, dQ += dS_w K_w (every column over the consumer's own 64 keys: the
@@ -28,8 +29,8 @@
 // The development history of this schedule and what each piece bought: docs/perf-log.md (sm90 backward).
 // Registers per consumer thread: dK and dV (kBlockN / 2 x kHeadDim each: kHeadDim / 2 or / 4 floats each), S and
 // dP (kBlockM x kBlockN / 2 / 128 each), dQ (DqCols / 2): 224 at D = 64, 128 and 256, 208 at 96, 176 at 192,
-// within setmaxnreg's 240. Above D = 128 (wide) dK and dV are (dim, key) tiles and dQ is staged in the step's
-// Q and dO buffers (BwdTraits::kWide).
+// within setmaxnreg's 240. Above D = 128 (wide) dK and dV are (dim, key) tiles (at D = 256 kHeadDim / 2 x
+// kBlockN a consumer: BwdTraits::kKvByDims) and dQ is staged in the step's Q and dO buffers (BwdTraits::kWide).
 #pragma once
 
 #include <cute/tensor.hpp>  // first: the atom headers below expect it
@@ -77,6 +78,13 @@ struct BwdTraits {
   // buffers of its own).
   static constexpr bool kWide = kHeadDim > 128;
   static constexpr int kBlockN = kWide ? 64 : 128;
+  // dK and dV are split between the consumers by keys (each its kBlockN / 2 keys, every head dim), except at
+  // D = 256, where they are split by head-dim rows: consumer w's dV^T = dO^T P over dims [128 w, 128 w + 128) and
+  // all 64 keys (both consumers' P and dS), so that the products are 64 keys wide, not 32 (a 64x32x16 wgmma
+  // reads 3 KB of shared memory for 32 k multiply-adds, a 64x64x16 one 4 KB for 64 k). D = 192's halves (96
+  // dims) are not a multiple of wgmma's 64 rows.
+  static constexpr bool kKvByDims = kHeadDim == 256;
+  static constexpr int kKvKeys = kKvByDims ? kBlockN : kBlockN / 2, kKvDims = kKvByDims ? kHeadDim / 2 : kHeadDim;
   // The dQ split, and the query rows of a step: 128 at D = 64, whose products are half as deep as D = 128's, so
   // that a step's fixed costs (barriers, the dQ hand-off, the loads' waits) are spread over twice the work;
   // 64 above (the registers: the top of this file).
@@ -120,11 +128,14 @@ struct BwdTraits {
   // One consumer's products.
   using MmaSdP = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, HalfN, D>>()));
-  // dV_w += P_w^T dO (64 keys x kHeadDim), or wide, dV_w^T += dO^T P_w (kHeadDim x 32 keys); dK likewise.
-  using KvMmaShape = std::conditional_t<kWide, cute::Shape<cute::_64, HalfN, M>, cute::Shape<cute::_64, D, M>>;
+  // dV_w += P_w^T dO (64 keys x kHeadDim), or wide, dV_w^T += dO^T P_w (KvDims x KvKeys: kHeadDim x 32 keys,
+  // or by head-dim rows, 128 x 64); dK likewise.
+  using KvKeys = cute::Int<kKvKeys>;
+  using KvDims = cute::Int<kKvDims>;
+  using KvMmaShape = std::conditional_t<kWide, cute::Shape<cute::_64, KvKeys, M>, cute::Shape<cute::_64, D, M>>;
   using MmaKV = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<T, T, float, KvMmaShape, cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
-  using DkvShape = std::conditional_t<kWide, cute::Shape<D, HalfN>, cute::Shape<cute::_64, D>>;  // dK, dV tiles
+  using DkvShape = std::conditional_t<kWide, cute::Shape<KvDims, KvKeys>, cute::Shape<KvKeys, D>>;  // dK, dV tiles
   using MmaDQ = decltype(cute::make_tiled_mma(
       cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, DqCols, DqKeys>, cute::GMMA::Major::K,
                                  cute::GMMA::Major::MN>()));
@@ -219,10 +230,10 @@ __device__ void issue_mma(Mma& mma, const FragA& a, const FragB& b, Acc& acc, bo
   cute::warpgroup_commit_batch();
 }
 
-// Named barriers (0 is __syncthreads): 1 + w for consumer w's own threads; where dQ reads both consumers' dS (split
-// by columns or by rows), kDsBarrier when both consumers' dS are in shared memory, and kStepBarrier + w when
-// consumer w may overwrite its P and dS (it waits there; the other consumer arrives once its dQ product of the
-// step before has read them).
+// Named barriers (0 is __syncthreads): 1 + w for consumer w's own threads; where a product reads both consumers'
+// dS (dQ split by columns or by rows; at D = 256 dK and dV too, and P), kDsBarrier when both consumers' dS (and P)
+// are in shared memory, and kStepBarrier + w when consumer w may overwrite its P and dS (it waits there; the other
+// consumer arrives once its products of the step before have read them).
 // Wide (D > 128), kStageBarrier when both consumers are done reading a step's Q and dO, whose buffers then take dQ.
 constexpr int kDsBarrier = 3, kStepBarrier = 4, kStageBarrier = 6;
 __device__ __forceinline__ void named_sync(int id, int threads) {
@@ -240,10 +251,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   using D = typename Traits::D;
   using HalfN = typename Traits::HalfN;
   using DqCols = typename Traits::DqCols;
-  // The consumers wait for each other only where dQ reads both one's dS (split by columns or by rows).
+  // The consumers wait for each other only where a product reads both one's P or dS: dQ split by columns or by
+  // rows, and dK and dV split by head-dim rows.
   constexpr DqSplit kDqSplit = Traits::kDqSplit;
-  constexpr bool kSharedDs = kAccumulateDq && kDqSplit != DqSplit::kByKeys;
-  constexpr bool kWide = Traits::kWide, kDqInStage = kWide && kAccumulateDq;
+  constexpr bool kWide = Traits::kWide, kDqInStage = kWide && kAccumulateDq, kKvByDims = Traits::kKvByDims;
+  constexpr bool kSharedDs = kKvByDims || (kAccumulateDq && kDqSplit != DqSplit::kByKeys);
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
@@ -343,8 +355,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto sV_w = local_tile(sV, Shape<HalfN, D>{}, make_coord(w, 0));
   auto sP_w = local_tile(sP, Shape<M, HalfN>{}, make_coord(0, w));
   auto sdS_w = local_tile(sdS, Shape<M, HalfN>{}, make_coord(0, w));
-  auto sPt_w = local_tile(sPt, Shape<HalfN, M>{}, make_coord(w, 0));
-  auto sdSt_w = local_tile(sdSt, Shape<HalfN, M>{}, make_coord(w, 0));
+  // dV's and dK's keys and head-dim columns: the consumer's own keys and every column, or split by head-dim rows,
+  // all the keys and the consumer's half of the columns (dims_kv: of a Q or dO transposed view (D, M)).
+  using KvKeys = typename Traits::KvKeys;
+  auto sPt_kv = local_tile(sPt, Shape<KvKeys, M>{}, make_coord(kKvByDims ? 0 : w, 0));
+  auto sdSt_kv = local_tile(sdSt, Shape<KvKeys, M>{}, make_coord(kKvByDims ? 0 : w, 0));
+  auto dims_kv = [&](auto tQt) {
+    return local_tile(tQt, Shape<typename Traits::KvDims, M>{}, make_coord(kKvByDims ? w : 0, 0));
+  };
   // dQ's operands (DqSplit): dS (64 queries x DqKeys) and K's transposed view (DqCols x DqKeys).
   auto sdS_dq = [&] {
     if constexpr (kDqSplit == DqSplit::kByKeys) return sdS_w;
@@ -363,7 +381,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   // dK and dV live through the loop; S, dP and dQ are declared in it, so that the registers of one step's S and dP
   // are free for its dQ and the next step's S (a wgmma's accumulator is an asm read-write operand: declared out
   // here they would stay live across steps).
-  auto tVrdV = partition_fragment_C(mma_kv, typename Traits::DkvShape{});  // (64 keys, D), or wide (D, 32 keys)
+  auto tVrdV = partition_fragment_C(mma_kv, typename Traits::DkvShape{});  // (64 keys, D), or wide (KvDims, KvKeys)
   auto tKrdK = partition_fragment_C(mma_kv, typename Traits::DkvShape{});
   clear(tVrdV);
   clear(tKrdK);
@@ -391,8 +409,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   for (int i = 0; i < steps; ++i) {
     const int s = i % kStages;
     FullBarrier::wait(&smem.full[s], (i / kStages) % 2);
-    auto sQt = make_tensor(sQ(_, _, s).data(), typename Traits::SmemLayoutQt{});
-    auto sdOt = make_tensor(sdO(_, _, s).data(), typename Traits::SmemLayoutQt{});
+    auto sQt = dims_kv(make_tensor(sQ(_, _, s).data(), typename Traits::SmemLayoutQt{}));
+    auto sdOt = dims_kv(make_tensor(sdO(_, _, s).data(), typename Traits::SmemLayoutQt{}));
     auto tSrS = partition_fragment_C(mma_sdp, Shape<M, HalfN>{});  // (MMA, kBlockM / 64, 1)
     auto tSrdP = partition_fragment_C(mma_sdp, Shape<M, HalfN>{});
     issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sQ(_, _, s)), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
@@ -443,9 +461,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         rdS(e) = T(sm80::grad_score<kSoftcap, kMasked>(prob, tSrdP(e), delta[row_slot(e)], x, f));
       }
       // P and dS are rewritten once every warp of the consumer is past the previous step's products that read
-      // them (a warp's wgmma wait covers its own share only): with dQ split by columns or rows the step barrier
-      // says so for both consumers; otherwise (dQ split by keys, or no dQ: deterministic) a barrier of the
-      // consumer's own here.
+      // them (a warp's wgmma wait covers its own share only): where the other consumer reads them too (kSharedDs)
+      // the step barrier says so for both consumers; otherwise (dQ split by keys, or no dQ: deterministic) a
+      // barrier of the consumer's own here.
       if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
       if (!kSharedDs && i > 0) named_sync(1 + w, 128);
       copy(stsm, thr_stsm.retile_S(rP), tPsP);
@@ -459,23 +477,27 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     // Step i writes dQ buffer i % 2, last read by the add of step i - 2: every add but the latest has read its
     // buffer after this wait, and the barrier below passes that on to the consumer's threads.
     if (kAccumulateDq && !kWide && tid == 0) tma_store_wait<1>();
-    named_sync(1 + w, 128);  // this consumer's P and dS are in place
+    // This consumer's P and dS are in place; by head-dim rows, both consumers' (dV and dK read all the keys).
+    if (kKvByDims)
+      named_sync(kDsBarrier, 2 * 128);
+    else
+      named_sync(1 + w, 128);
     // dV, dK and dQ. Except wide, dQ goes before dK and is waited for alone, so that its hand-off below (the
     // stores, fence, barrier and TMA add) runs while dK is on the tensor cores (wgmma groups complete in the order
     // they were committed). Wide, the hand-off writes into this step's Q and dO buffers, which dK reads.
     constexpr bool kDqUnderDk = kAccumulateDq && !kWide;
     if constexpr (kWide)
-      issue_mma(mma_kv, thr_kv.partition_fragment_A(sdOt), thr_kv.partition_fragment_B(sPt_w), tVrdV, true);
+      issue_mma(mma_kv, thr_kv.partition_fragment_A(sdOt), thr_kv.partition_fragment_B(sPt_kv), tVrdV, true);
     else
-      issue_mma(mma_kv, thr_kv.partition_fragment_A(sPt_w), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
+      issue_mma(mma_kv, thr_kv.partition_fragment_A(sPt_kv), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
     auto issue_dk = [&] {
       if constexpr (kWide)
-        issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_w), tKrdK, true);
+        issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_kv), tKrdK, true);
       else
-        issue_mma(mma_kv, thr_kv.partition_fragment_A(sdSt_w), thr_kv.partition_fragment_B(sQt), tKrdK, true);
+        issue_mma(mma_kv, thr_kv.partition_fragment_A(sdSt_kv), thr_kv.partition_fragment_B(sQt), tKrdK, true);
     };
     if constexpr (!kDqUnderDk) issue_dk();
-    if (kSharedDs) named_sync(kDsBarrier, 2 * 128);  // and the other's dS, which dQ reads too
+    if (kSharedDs && !kKvByDims) named_sync(kDsBarrier, 2 * 128);  // and the other's dS, which dQ reads too
     auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
     if (kAccumulateDq)
       issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
@@ -491,7 +513,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     else
       kv_done();
     warpgroup_fence_operand(tQrdQ);
-    if (kSharedDs && i + 1 < steps)  // this consumer's dQ has read the other's dS
+    if (kSharedDs && i + 1 < steps)  // this consumer's products have read the other's dS (by head-dim rows, P too)
       asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
 
     if constexpr (kAccumulateDq) {
@@ -543,14 +565,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   if (kAccumulateDq && tid == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // adds done
 
   // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys: two columns per store,
-  // or wide, where an accumulator's neighbours are two keys of one column, one element per store.
+  // or wide, where an accumulator's neighbours are two keys of one column, one element per store (by head-dim
+  // rows: this consumer's half of the columns, of all the CTA's keys).
   CudaT* dk_head = static_cast<CudaT*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
   CudaT* dv_head = static_cast<CudaT*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[2];
   auto tKcK = thr_kv.partition_C(make_identity_tensor(typename Traits::DkvShape{}));
   if constexpr (kWide) {
     CUTE_UNROLL
     for (int e = 0; e < size(tKrdK); ++e) {
-      const int col = get<0>(tKcK(e)), key = key_w0 + get<1>(tKcK(e));
+      const int col = (kKvByDims ? w * Traits::kKvDims : 0) + get<0>(tKcK(e));
+      const int key = (kKvByDims ? key0 : key_w0) + get<1>(tKcK(e));
       if (key < f.seqlen_k && col < f.head_dim) {
         dk_head[key * p.dk_stride[1] + col] = static_cast<CudaT>(tKrdK(e) * p.scale);
         dv_head[key * p.dv_stride[1] + col] = static_cast<CudaT>(tVrdV(e));
