@@ -27,5 +27,20 @@ struct VisibleKeys {
   FLASHTILE_HOST_DEVICE bool sees(int c) const { return c >= lo && c <= hi; }
 };
 
+// The same mask from a key's side, for the sm90 backward's transposed scores (keys on the rows): key k is seen
+// by queries [k - key_offset - window_right, k - key_offset + window_left] while k < seqlen_k, and by none past
+// it. QueriesSeeingKey holds that interval relative to the first query of a thread's fragment, so that query
+// first_query + c sees the key iff sees(c).
+struct QueriesSeeingKey {
+  int lo, hi;
+
+  QueriesSeeingKey() = default;  // for arrays of keys, filled in on masked tiles only
+  FLASHTILE_HOST_DEVICE QueriesSeeingKey(const FwdKernelParams& p, int key, int first_query) {
+    lo = key - p.key_offset - p.window_right - first_query;
+    hi = key < p.seqlen_k ? key - p.key_offset + p.window_left - first_query : lo - 1;
+  }
+  FLASHTILE_HOST_DEVICE bool sees(int c) const { return c >= lo && c <= hi; }
+};
+
 }  // namespace flashtile::cuda
 

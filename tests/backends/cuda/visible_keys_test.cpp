@@ -53,5 +53,36 @@ TEST(VisibleKeys, MatchesTheMaskForEveryRowAndKey) {
   EXPECT_LT(visible, checked);
 }
 
+// The same mask from the key's side (the sm90 backward's transposed scores): for every key, first query and
+// fragment offset, QueriesSeeingKey's test equals the absolute one, and keys past the sequence end are seen by no
+// query.
+TEST(QueriesSeeingKey, MatchesTheMaskForEveryKeyAndQuery) {
+  int64_t checked = 0, seen = 0;
+  for (int64_t sq : {1, 3, 8, 17, 64})
+    for (int64_t sk : {1, 5, 16, 33, 64})
+      for (int64_t left : {-1, 0, 2, 7})
+        for (int64_t right : {-1, 0, 3}) {
+          const KeyRange keys{sq, sk, sk - sq, left, right};
+          const cuda::FwdKernelParams p = kernel_masks(keys);
+          for (int key = 0; key < sk + 20; ++key)
+            for (int first_query = 0; first_query < sq + 8; ++first_query) {
+              const cuda::QueriesSeeingKey q(p, key, first_query);
+              for (int c = 0; c < 64; ++c) {
+                const int row = first_query + c;
+                const bool absolute = key < p.seqlen_k && key >= row + p.key_offset - p.window_left &&
+                                      key <= row + p.key_offset + p.window_right;
+                ASSERT_EQ(q.sees(c), absolute) << "Sq " << sq << " Sk " << sk << " window (" << left << ", "
+                                               << right << ") row " << row << " key " << key;
+                ASSERT_EQ(absolute, cuda::VisibleKeys(p, row, key).sees(0))
+                    << "Sq " << sq << " Sk " << sk << " window (" << left << ", " << right << ") row " << row
+                    << " key " << key;
+                ++checked, seen += absolute;
+              }
+            }
+        }
+  EXPECT_GT(seen, 0);
+  EXPECT_LT(seen, checked);
+}
+
 }  // namespace
 }  // namespace flashtile

@@ -9,16 +9,23 @@
 //      - warpgroup 0 is the producer: it gives its registers away (setmaxnreg), and one thread loads K and V
 //        once, then each step's Q and dO (TMA) and LSE and D (bulk copies) into a two-deep ring of buffers
 //        (mbarriers: full when the bytes have landed, empty when both consumers are done with them);
-//      - warpgroups 1 and 2 are consumers, kBlockN / 2 keys each, meeting only at named barriers:
-//          S_w = Q K_w^T, dP_w = dO V_w^T   (kBlockM queries x kBlockN / 2 keys; P_w from S_w while dP_w runs)
-//          P_w, dS_w -> shared memory       (dS without the softmax scale, which dK and dQ get once at the end)
-//          dV_w += P_w^T dO, dK_w += dS_w^T Q  (64 keys x kHeadDim, A and B as transposed shared views; at
-//                                              D = 256 dV_w^T += dO_w^T P: head-dim half w, all 64 keys)
-//          dQ part, a 64-row box (DqSplit): at D = 128, dQ[:, w half] = dS K (64 columns over all 128 keys, which
-//          needs both consumers' dS); at D = 64, dQ[w rows] = dS[w rows] K (every column, all 128 keys: both
-//          consumers' dS again); at D = 96, dQ += dS_w K_w (every column over the consumer's own 64 keys: the
-//          consumers never wait for each other, but a 48-column half of K's transposed view would start inside a
-//          swizzle atom, which a wgmma operand cannot)
+//      - warpgroups 1 and 2 are consumers, kBlockN / 2 keys each, meeting only at named barriers. Up to D = 128
+//        (BwdTraits::kScoresT) the scores are transposed, keys on the rows:
+//          S^T_w = K_w Q^T, dP^T_w = V_w dO^T  (64 keys x kBlockM queries; P^T_w from S^T_w while dP^T_w runs)
+//          dV_w += P^T_w dO                  (64 keys x kHeadDim, P^T from registers; issued as soon as P^T is made)
+//          dS^T_w in registers, and -> shared memory for dQ (dS without the softmax scale, which dK and dQ get
+//                                             once at the end)
+//          dK_w += dS^T_w Q                  (dS^T from registers)
+//        Above (wide, 32 keys a consumer: below wgmma's 64 rows) they are not:
+//          S_w = Q K_w^T, dP_w = dO V_w^T   (kBlockM queries x 32 keys; P_w from S_w while dP_w runs)
+//          P_w, dS_w -> shared memory
+//          dV_w^T += dO^T P_w, dK_w^T += Q^T dS_w  (kHeadDim x 32 keys, transposed shared views; at D = 256
+//                                              split by head-dim rows instead: half w of the dims, all 64 keys)
+//        Both then make dQ's part, a 64-row box (DqSplit): at D = 128, dQ[:, w half] = dS K (64 columns over all
+//        128 keys, which needs both consumers' dS); at D = 64, dQ[w rows] = dS[w rows] K (every column, all 128
+//        keys: both consumers' dS again); at D = 96, dQ += dS_w K_w (every column over the consumer's own 64 keys:
+//        the consumers never wait for each other, but a 48-column half of K's transposed view would start inside
+//        a swizzle atom, which a wgmma operand cannot)
 //        dQ's part goes to shared memory (swizzled, two buffers) and one thread adds it to the accumulator in
 //        global memory by TMA reduce-add: no atomics on the consumers, one instruction per step;
 //      - dK (times the scale) and dV are stored from registers at the end;
@@ -29,8 +36,10 @@
 // The development history of this schedule and what each piece bought: docs/perf-log.md (sm90 backward).
 // Registers per consumer thread: dK and dV (kBlockN / 2 x kHeadDim each: kHeadDim / 2 or / 4 floats each), S and
 // dP (kBlockM x kBlockN / 2 / 128 each), dQ (DqCols / 2): 224 at D = 64, 128 and 256, 208 at 96, 176 at 192,
-// within setmaxnreg's 240. Above D = 128 (wide) dK and dV are (dim, key) tiles (at D = 256 kHeadDim / 2 x
-// kBlockN a consumer: BwdTraits::kKvByDims) and dQ is staged in the step's Q and dO buffers (BwdTraits::kWide).
+// within setmaxnreg's 240; transposed, P^T and dS^T in T besides (a quarter of S's each, 16 at D = 96 and 128,
+// 32 at D = 64, where dV is therefore complete before dS^T is made). Above D = 128 (wide) dK and dV are
+// (dim, key) tiles (at D = 256 kHeadDim / 2 x kBlockN a consumer: BwdTraits::kKvByDims) and dQ is staged in the
+// step's Q and dO buffers (BwdTraits::kWide).
 #pragma once
 
 #include <cute/tensor.hpp>  // first: the atom headers below expect it
@@ -49,6 +58,7 @@
 #include "backends/cuda/bwd_kernel_params.hpp"
 #include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm80/bwd_kernels.cuh"  // grad_score, lse_log2, pack2, the row kernels
+#include "backends/cuda/sm80/ptx.cuh"          // smem_address
 #include "backends/cuda/sm90/bwd_launch.hpp"    // kBwdStatsRowAlign, bwd_padded_rows
 #include "backends/cuda/visible_keys.hpp"
 
@@ -85,6 +95,12 @@ struct BwdTraits {
   // dims) are not a multiple of wgmma's 64 rows.
   static constexpr bool kKvByDims = kHeadDim == 256;
   static constexpr int kKvKeys = kKvByDims ? kBlockN : kBlockN / 2, kKvDims = kKvByDims ? kHeadDim / 2 : kHeadDim;
+  // Up to D = 128 the scores are transposed (kScoresT): S^T_w = K_w Q^T and dP^T_w = V_w dO^T, the consumer's 64
+  // keys on wgmma's M side. P^T and dS^T then sit in the accumulator registers in the layout of a register A
+  // operand, and dV_w += P^T dO, dK_w += dS^T Q take them from there (FlashAttention-3's split): P never goes to
+  // shared memory, only dS^T does (for dQ, which needs both consumers' keys), and dV can start as soon as P is
+  // made. Wide keeps S_w = Q K_w^T: a consumer's 32 keys are below wgmma's 64 rows.
+  static constexpr bool kScoresT = !kWide;
   // The dQ split, and the query rows of a step: 128 at D = 64, whose products are half as deep as D = 128's, so
   // that a step's fixed costs (barriers, the dQ hand-off, the loads' waits) are spread over twice the work;
   // 64 above (the registers: the top of this file).
@@ -108,10 +124,15 @@ struct BwdTraits {
                                      cute::GMMA::Layout_K_SW64_Atom<T>>;
   using PAtom = std::conditional_t<kBlockN / 2 == 64, cute::GMMA::Layout_K_SW128_Atom<T>,
                                    cute::GMMA::Layout_K_SW64_Atom<T>>;
+  using ScoresShape = std::conditional_t<kScoresT, cute::Shape<HalfN, M>, cute::Shape<M, HalfN>>;  // S_w or S^T_w
   using SmemLayoutQ = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<M, D>{}));  // Q, dO: (queries, dim)
   using SmemLayoutQStages = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<M, D, cute::Int<kStages>>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<N, D>{}));  // K, V: (keys, dim)
   using SmemLayoutP = decltype(cute::tile_to_shape(PAtom{}, cute::Shape<M, N>{}));  // P, dS: (queries, keys)
+  // The stored dS: (queries, keys) as P, or transposed, (keys, queries) with the kBlockM (64 or 128) queries
+  // contiguous and swizzled by 128 bytes, so that stmatrix writes it straight from the S^T accumulator layout.
+  using SmemLayoutDs = std::conditional_t<
+      kScoresT, decltype(cute::tile_to_shape(cute::GMMA::Layout_K_SW128_Atom<T>{}, cute::Shape<N, M>{})), SmemLayoutP>;
   // Transposed views, MN-major as the products that read them need.
   using SmemLayoutQt = decltype(cute::composition(
       SmemLayoutQ{}, cute::make_ordered_layout(cute::Shape<D, M>{}, cute::Step<cute::_2, cute::_1>{})));
@@ -119,26 +140,36 @@ struct BwdTraits {
       SmemLayoutK{}, cute::make_ordered_layout(cute::Shape<D, N>{}, cute::Step<cute::_2, cute::_1>{})));
   using SmemLayoutPt = decltype(cute::composition(
       SmemLayoutP{}, cute::make_ordered_layout(cute::Shape<N, M>{}, cute::Step<cute::_2, cute::_1>{})));
+  // dQ's operand dS as (queries, keys): the stored tile, or the transposed view of the stored dS^T (MN-major).
+  using SmemLayoutDsForDq = std::conditional_t<
+      kScoresT,
+      decltype(cute::composition(SmemLayoutDs{},
+                                 cute::make_ordered_layout(cute::Shape<M, N>{}, cute::Step<cute::_2, cute::_1>{}))),
+      SmemLayoutP>;
   // A consumer's dQ part, fp32, in 32-column blocks swizzled by 128 bytes, so that a warp's float2 stores of an
   // accumulator hit each bank once per 128 bytes; the TMA adds it as one box per column block.
   using DqAtom = cute::GMMA::Layout_K_SW128_Atom<float>;
   using SmemLayoutDq = decltype(cute::tile_to_shape(DqAtom{}, cute::Shape<cute::_64, DqCols>{}));
   using SmemLayoutDqBuffers = decltype(cute::tile_to_shape(DqAtom{}, cute::Shape<cute::_64, DqCols, cute::_2>{}));
 
-  // One consumer's products.
-  using MmaSdP = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, HalfN, D>>()));
-  // dV_w += P_w^T dO (64 keys x kHeadDim), or wide, dV_w^T += dO^T P_w (KvDims x KvKeys: kHeadDim x 32 keys,
-  // or by head-dim rows, 128 x 64); dK likewise.
+  // One consumer's products. S_w, dP_w: (64 queries, 32 keys) a wgmma; transposed, (64 keys, kBlockM queries).
+  using SdPCols = std::conditional_t<kScoresT, M, HalfN>;
+  using MmaSdP =
+      decltype(cute::make_tiled_mma(cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, SdPCols, D>>()));
+  // dV_w += P_w^T dO (64 keys x kHeadDim, P^T from registers), or wide, dV_w^T += dO^T P_w (KvDims x KvKeys:
+  // kHeadDim x 32 keys, or by head-dim rows, 128 x 64, both operands transposed shared views); dK likewise.
   using KvKeys = cute::Int<kKvKeys>;
   using KvDims = cute::Int<kKvDims>;
-  using KvMmaShape = std::conditional_t<kWide, cute::Shape<cute::_64, KvKeys, M>, cute::Shape<cute::_64, D, M>>;
-  using MmaKV = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<T, T, float, KvMmaShape, cute::GMMA::Major::MN, cute::GMMA::Major::MN>()));
+  using MmaKV = std::conditional_t<
+      kScoresT,
+      decltype(cute::make_tiled_mma(cute::GMMA::rs_op_selector<T, T, float, cute::Shape<cute::_64, D, M>,
+                                                               cute::GMMA::Major::K, cute::GMMA::Major::MN>())),
+      decltype(cute::make_tiled_mma(cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, KvKeys, M>,
+                                                               cute::GMMA::Major::MN, cute::GMMA::Major::MN>()))>;
   using DkvShape = std::conditional_t<kWide, cute::Shape<KvDims, KvKeys>, cute::Shape<KvKeys, D>>;  // dK, dV tiles
   using MmaDQ = decltype(cute::make_tiled_mma(
-      cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, DqCols, DqKeys>, cute::GMMA::Major::K,
-                                 cute::GMMA::Major::MN>()));
+      cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, DqCols, DqKeys>,
+                                 kScoresT ? cute::GMMA::Major::MN : cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
 
   // q, k, v or dO as (seqlen, head dim, heads, batch) over its strides (the call's head dim: TMA zero-fills the
   // columns up to kHeadDim); the fp32 dQ accumulator likewise, dense ((batch, head, row, column) in memory).
@@ -166,16 +197,16 @@ struct BwdTraits {
     alignas(1024) T v[cute::cosize_v<SmemLayoutK>];
     alignas(1024) T q[cute::cosize_v<SmemLayoutQStages>];
     alignas(1024) T dout[cute::cosize_v<SmemLayoutQStages>];
-    alignas(1024) T p[cute::cosize_v<SmemLayoutP>];
-    alignas(1024) T ds[cute::cosize_v<SmemLayoutP>];
+    alignas(1024) T p[kScoresT ? 8 : cute::cosize_v<SmemLayoutP>];  // transposed: unused (P stays in registers)
+    alignas(1024) T ds[cute::cosize_v<SmemLayoutDs>];
     alignas(1024) float dq[kConsumers][kWide ? 4 : cute::cosize_v<SmemLayoutDqBuffers>];  // wide: unused
     alignas(16) float lse2[kStages][kBlockM];  // log2 units (bwd_prep_kernel)
     alignas(16) float delta[kStages][kBlockM];
     uint64_t kv_full, full[kStages], empty[kStages];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
-  // D = 64 fills the 227 KB exactly (two stages of 128-row Q and dO, 128 x 128 P and dS, two dQ buffers a
-  // consumer): a member added here needs one taken away there.
+  // D = 64 takes 196 KB (two stages of 128-row Q and dO, 128 x 128 dS, two dQ buffers a consumer), D = 96 and
+  // 128 211 KB, D = 192 162 KB, D = 256 210 KB.
   static_assert(kSmemBytes <= 227 * 1024, "an sm90 block has at most 227 KB of shared memory");
   static_assert(!kWide || 64 * DqCols::value * sizeof(float) == kBlockM * kHeadDim * sizeof(T),
                 "wide, a consumer's dQ box fills one of the step's Q or dO buffers");
@@ -216,9 +247,14 @@ __device__ __forceinline__ void bulk_load(void* smem_dst, const void* gmem_src, 
       : "memory");
 }
 
-// Issues acc (+)= A B over every k block of the operands, asynchronously (one wgmma batch).
+// Issues acc (+)= A B over every k block of the operands, asynchronously (one wgmma batch). A is shared-memory
+// descriptors, or registers (then fenced like the accumulator, so that the compiler neither moves their writes
+// past the issue nor reuses them before the wait).
 template <class Mma, class FragA, class FragB, class Acc>
-__device__ void issue_mma(Mma& mma, const FragA& a, const FragB& b, Acc& acc, bool accumulate) {
+__device__ void issue_mma(Mma& mma, FragA&& a, const FragB& b, Acc& acc, bool accumulate) {
+  constexpr bool kRegisterA =
+      std::is_same_v<typename std::remove_reference_t<FragA>::value_type, typename Mma::ValTypeA>;
+  if constexpr (kRegisterA) cute::warpgroup_fence_operand(a);
   cute::warpgroup_fence_operand(acc);
   cute::warpgroup_arrive();
   mma.accumulate_ = accumulate ? cute::GMMA::ScaleOut::One : cute::GMMA::ScaleOut::Zero;
@@ -228,12 +264,36 @@ __device__ void issue_mma(Mma& mma, const FragA& a, const FragB& b, Acc& acc, bo
     mma.accumulate_ = cute::GMMA::ScaleOut::One;
   }
   cute::warpgroup_commit_batch();
+  if constexpr (kRegisterA) cute::warpgroup_fence_operand(a);
+}
+
+// A 64 x N wgmma accumulator fragment ((2, 2, N / 8), 1, 1), in T, as the register A operand of a product over
+// its N columns, on the same registers: element e of the accumulator is column 2t + e % 2 of 8-column block
+// e / 4, row r + 8 ((e / 2) % 2); k block kb (16 columns) of the A operand is ((2, 2, 2)): the same column pair
+// and row, and 8-column block 2 kb or 2 kb + 1. tests/backends/cuda/sm90_bwd_layout_test.cu checks this against
+// CuTe's partitions of both products.
+template <class Tensor>
+CUTE_HOST_DEVICE auto acc_as_a_operand(Tensor&& acc) {
+  using namespace cute;
+  using Acc = std::remove_reference_t<Tensor>;
+  static_assert(size<1>(Acc{}) == 1 && size<2>(Acc{}) == 1 && size<0>(Acc{}) % 8 == 0, "one 64 x N wgmma tile");
+  return make_tensor(acc.data(),
+                     Layout<Shape<Shape<_2, _2, _2>, _1, Int<size(Acc{}) / 8>>, Stride<Stride<_1, _2, _4>, _0, _8>>{});
+}
+
+// Two floats from shared memory in one 8-byte load. As an asm volatile statement it stays where it is written,
+// after the wgmma wait that precedes it: plain loads of a step's LSE and D per column pair were all hoisted to
+// the top of the step, holding 32 registers more through the products at D = 128.
+__device__ __forceinline__ float2 ld_shared_pair(const float* p) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(sm80::smem_address(p)));
+  return v;
 }
 
 // Named barriers (0 is __syncthreads): 1 + w for consumer w's own threads; where a product reads both consumers'
 // dS (dQ split by columns or by rows; at D = 256 dK and dV too, and P), kDsBarrier when both consumers' dS (and P)
-// are in shared memory, and kStepBarrier + w when consumer w may overwrite its P and dS (it waits there; the other
-// consumer arrives once its products of the step before have read them).
+// are in shared memory, and kStepBarrier + w when consumer w may overwrite its dS (and, wide, P; it waits there;
+// the other consumer arrives once its products of the step before have read them).
 // Wide (D > 128), kStageBarrier when both consumers are done reading a step's Q and dO, whose buffers then take dQ.
 constexpr int kDsBarrier = 3, kStepBarrier = 4, kStageBarrier = 6;
 __device__ __forceinline__ void named_sync(int id, int threads) {
@@ -255,6 +315,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   // rows, and dK and dV split by head-dim rows.
   constexpr DqSplit kDqSplit = Traits::kDqSplit;
   constexpr bool kWide = Traits::kWide, kDqInStage = kWide && kAccumulateDq, kKvByDims = Traits::kKvByDims;
+  constexpr bool kScoresT = Traits::kScoresT;
   constexpr bool kSharedDs = kKvByDims || (kAccumulateDq && kDqSplit != DqSplit::kByKeys);
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
@@ -339,35 +400,39 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
 
   cutlass::arch::warpgroup_reg_alloc<240>();
   const int w = warpgroup - 1;  // this consumer's keys: the CTA's w-th half (kBlockN / 2 keys)
-  auto sP = make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutP{});
-  auto sdS = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutP{});
+  using ScoresShape = typename Traits::ScoresShape;
+  auto sdS = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutDs{});
+  auto sdS_qk = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutDsForDq{});  // (queries, keys)
   auto sKt = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutKt{});
-  auto sPt = make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutPt{});
-  auto sdSt = make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutPt{});
   typename Traits::MmaSdP mma_sdp;
   typename Traits::MmaKV mma_kv;
   typename Traits::MmaDQ mma_dq;
   auto thr_sdp = mma_sdp.get_thread_slice(tid);
   auto thr_kv = mma_kv.get_thread_slice(tid);
   auto thr_dq = mma_dq.get_thread_slice(tid);
-  // This consumer's slices of the shared tiles.
+  // This consumer's slices of the shared tiles: its keys of K and V, and where its dS goes ((queries, its keys),
+  // or transposed, (its keys, queries)).
   auto sK_w = local_tile(sK, Shape<HalfN, D>{}, make_coord(w, 0));
   auto sV_w = local_tile(sV, Shape<HalfN, D>{}, make_coord(w, 0));
-  auto sP_w = local_tile(sP, Shape<M, HalfN>{}, make_coord(0, w));
-  auto sdS_w = local_tile(sdS, Shape<M, HalfN>{}, make_coord(0, w));
-  // dV's and dK's keys and head-dim columns: the consumer's own keys and every column, or split by head-dim rows,
-  // all the keys and the consumer's half of the columns (dims_kv: of a Q or dO transposed view (D, M)).
+  auto sdS_w = local_tile(sdS, ScoresShape{}, make_coord(kScoresT ? w : 0, kScoresT ? 0 : w));
+  // Wide, P goes to shared memory too, and dV and dK read P and dS through transposed views: the consumer's own
+  // keys and every column, or split by head-dim rows, all the keys and the consumer's half of the columns
+  // (dims_kv: of a Q or dO transposed view (D, M); transposed scores take every column).
   using KvKeys = typename Traits::KvKeys;
-  auto sPt_kv = local_tile(sPt, Shape<KvKeys, M>{}, make_coord(kKvByDims ? 0 : w, 0));
-  auto sdSt_kv = local_tile(sdSt, Shape<KvKeys, M>{}, make_coord(kKvByDims ? 0 : w, 0));
+  auto sP_w = local_tile(make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutP{}), Shape<M, HalfN>{},
+                         make_coord(0, w));
+  auto sPt_kv = local_tile(make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutPt{}), Shape<KvKeys, M>{},
+                           make_coord(kKvByDims ? 0 : w, 0));
+  auto sdSt_kv = local_tile(make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutPt{}),
+                            Shape<KvKeys, M>{}, make_coord(kKvByDims ? 0 : w, 0));
   auto dims_kv = [&](auto tQt) {
     return local_tile(tQt, Shape<typename Traits::KvDims, M>{}, make_coord(kKvByDims ? w : 0, 0));
   };
   // dQ's operands (DqSplit): dS (64 queries x DqKeys) and K's transposed view (DqCols x DqKeys).
   auto sdS_dq = [&] {
-    if constexpr (kDqSplit == DqSplit::kByKeys) return sdS_w;
-    else if constexpr (kDqSplit == DqSplit::kByRows) return local_tile(sdS, Shape<_64, N>{}, make_coord(w, 0));
-    else return sdS;
+    if constexpr (kDqSplit == DqSplit::kByKeys) return local_tile(sdS_qk, Shape<M, HalfN>{}, make_coord(0, w));
+    else if constexpr (kDqSplit == DqSplit::kByRows) return local_tile(sdS_qk, Shape<_64, N>{}, make_coord(w, 0));
+    else return sdS_qk;
   }();
   auto sKt_dq = [&] {
     if constexpr (kDqSplit == DqSplit::kByKeys) return local_tile(sKt, Shape<D, HalfN>{}, make_coord(0, w));
@@ -385,14 +450,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto tKrdK = partition_fragment_C(mma_kv, typename Traits::DkvShape{});
   clear(tVrdV);
   clear(tKrdK);
-  // Element e of S, dP (and P, dS) sits at tScS(e) within (kBlockM queries, this consumer's keys): in each
-  // 64-row block m = e / kPerBlock a thread holds rows r and r + 8 ((e / 2) % 2 says which), columns 2t and 2t + 1
-  // of each 8-key block (e and e + 1); row_slot(e) numbers its 2 * kBlockM / 64 rows, and slot_row(slot) is the
-  // row (within the step) of a slot.
-  auto tScS = thr_sdp.partition_C(make_identity_tensor(Shape<M, HalfN>{}));
+  // Element e of S, dP (and P, dS) sits at tScS(e) within ScoresShape: in each 64-row block m = e / kPerBlock a
+  // thread holds rows r and r + 8 ((e / 2) % 2 says which), columns 2t and 2t + 1 of each 8-column block (e and
+  // e + 1, block e % kPerBlock / 4).
+  // Transposed, the rows are the consumer's 64 keys and the columns the step's queries. Untransposed (wide), the
+  // rows are queries: row_slot(e) numbers a thread's 2 * kBlockM / 64 rows, and slot_row(slot) is the row (within
+  // the step) of a slot.
+  auto tScS = thr_sdp.partition_C(make_identity_tensor(ScoresShape{}));
   constexpr int kPerBlock = decltype(size<0>(tScS))::value, kRowSlots = 2 * kBlockM / 64;
   auto row_slot = [](int e) { return (e / 2) % 2 + 2 * (e / kPerBlock); };
   auto slot_row = [&](int slot) { return static_cast<int>(get<0>(tScS(2 * (slot % 2) + kPerBlock * (slot / 2)))); };
+  auto query_of = [&](int e) { return static_cast<int>(get<1>(tScS(e))); };  // transposed: e's query in the step
   // P and dS leave the registers by stmatrix: four 8 x 8 blocks of a warp per instruction, each lane giving one
   // 16-byte row's address (the swizzle keeps those rows contiguous), instead of a four-byte store per element
   // pair at a swizzled address computed per pair.
@@ -403,6 +471,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, DqCols>{}));
   const auto dq_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
   const int key_w0 = key0 + w * (kBlockN / 2);  // this consumer's first key
+  // Transposed: when dV, issued as soon as P is made, is waited for. Under dS at D = 96 and 128; at D = 64 (twice
+  // the queries a step, so S^T, dP^T, P^T and dS^T take twice the registers) before dS is computed; ptxas
+  // serializes every wgmma of the kernel (C7512, too few registers) if dV is still in flight when dS goes to
+  // shared memory or, at D = 64, while dS is computed.
+  constexpr bool kDvDoneBeforeDs = kBlockM == 128;
 
   if (steps > 0) FullBarrier::wait(&smem.kv_full, 0);
   int h = hk * f.group, row0 = row_first;
@@ -411,26 +484,98 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     FullBarrier::wait(&smem.full[s], (i / kStages) % 2);
     auto sQt = dims_kv(make_tensor(sQ(_, _, s).data(), typename Traits::SmemLayoutQt{}));
     auto sdOt = dims_kv(make_tensor(sdO(_, _, s).data(), typename Traits::SmemLayoutQt{}));
-    auto tSrS = partition_fragment_C(mma_sdp, Shape<M, HalfN>{});  // (MMA, kBlockM / 64, 1)
-    auto tSrdP = partition_fragment_C(mma_sdp, Shape<M, HalfN>{});
-    issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sQ(_, _, s)), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
-    issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sdO(_, _, s)), thr_sdp.partition_fragment_B(sV_w), tSrdP, false);
-    float lse2[kRowSlots], delta[kRowSlots];  // this thread's rows
-    CUTE_UNROLL
-    for (int slot = 0; slot < kRowSlots; ++slot) {
-      lse2[slot] = smem.lse2[s][slot_row(slot)];
-      delta[slot] = smem.delta[s][slot_row(slot)];
+    auto tSrS = partition_fragment_C(mma_sdp, ScoresShape{});  // (MMA, kBlockM / 64, 1), transposed (MMA, 1, 1)
+    auto tSrdP = partition_fragment_C(mma_sdp, ScoresShape{});
+    if constexpr (kScoresT) {
+      issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sK_w), thr_sdp.partition_fragment_B(sQ(_, _, s)), tSrS, false);
+      issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sV_w), thr_sdp.partition_fragment_B(sdO(_, _, s)), tSrdP,
+                false);
+    } else {
+      issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sQ(_, _, s)), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
+      issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sdO(_, _, s)), thr_sdp.partition_fragment_B(sV_w), tSrdP,
+                false);
     }
     const int last_query = min(row0 + kBlockM, f.seqlen_q) - 1;
     const bool full_tile = last_query + f.key_offset - f.window_left <= key_w0 &&
                            row0 + f.key_offset + f.window_right >= key_w0 + kBlockN / 2 - 1 &&
                            key_w0 + kBlockN / 2 <= f.seqlen_k;
-    // S -> softcap, mask, and (without a softcap) P in place while dP is still on the tensor cores; then dS, P and
-    // dS in T in registers, and once the other consumer is done reading the previous step's dS for its dQ (the
-    // step barrier), both into shared memory by stmatrix. Under a softcap S keeps the capped scores until dS,
-    // which needs them (grad_score).
+    auto rP = make_tensor_like<T>(tSrS);
+    auto rdS = make_tensor_like<T>(tSrS);
+    // Transposed: S^T -> softcap, mask, and (without a softcap) P^T in place while dP^T is still on the tensor
+    // cores; then dV is issued on P^T, dS^T computed while it runs (from the fp32 P^T), and dS^T goes to shared
+    // memory for dQ once the other consumer is done reading the previous step's (the step barrier). The LSE and
+    // D are per column (query): each column pair's in one 8-byte load where it is used (ld_shared_pair).
+    auto grads_t = [&](auto masked) {
+      constexpr bool kMasked = decltype(masked)::value;
+      auto issue_dv = [&] { issue_mma(mma_kv, acc_as_a_operand(rP), thr_kv.partition_fragment_B(sdOt), tVrdV, true); };
+      // The queries that see each of this thread's two keys, relative to its first column (QueriesSeeingKey: two
+      // compares per element, as VisibleKeys from the query's side).
+      QueriesSeeingKey seen[2];
+      if (kMasked) {
+        CUTE_UNROLL
+        for (int half = 0; half < 2; ++half)
+          seen[half] = QueriesSeeingKey(f, key_w0 + static_cast<int>(get<0>(tScS(2 * half))), row0 + query_of(0));
+      }
+      warpgroup_wait<1>();
+      warpgroup_fence_operand(tSrS);
+      CUTE_UNROLL
+      for (int pair = 0; pair < size(tSrS) / 4; ++pair) {
+        const float2 lse2 = ld_shared_pair(&smem.lse2[s][query_of(4 * pair)]);
+        CUTE_UNROLL
+        for (int e = 4 * pair; e < 4 * pair + 4; ++e) {
+          float x = tSrS(e);
+          if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
+          if (kMasked) x = seen[(e / 2) % 2].sees(query_of(e) - query_of(0)) ? x : -INFINITY;
+          tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -(e % 2 ? lse2.y : lse2.x)));
+        }
+      }
+      if constexpr (!kSoftcap) {
+        CUTE_UNROLL
+        for (int e = 0; e < size(tSrS); ++e) rP(e) = T(tSrS(e));
+        issue_dv();
+      }
+      warpgroup_wait<kSoftcap ? 0 : 1>();  // dP^T (dV may run on)
+      warpgroup_fence_operand(tSrdP);
+      if constexpr (!kSoftcap && kDvDoneBeforeDs) {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tVrdV);
+      }
+      CUTE_UNROLL
+      for (int pair = 0; pair < size(tSrS) / 4; ++pair) {
+        const float2 delta = ld_shared_pair(&smem.delta[s][query_of(4 * pair)]);
+        float2 lse2;
+        if (kSoftcap) lse2 = ld_shared_pair(&smem.lse2[s][query_of(4 * pair)]);
+        CUTE_UNROLL
+        for (int e = 4 * pair; e < 4 * pair + 4; ++e) {
+          const float x = tSrS(e);
+          const float prob = kSoftcap ? exp2_approx(fmaf(x, f.scale_log2, -(e % 2 ? lse2.y : lse2.x))) : x;
+          if (kSoftcap) rP(e) = T(prob);
+          rdS(e) = T(sm80::grad_score<kSoftcap, kMasked>(prob, tSrdP(e), e % 2 ? delta.y : delta.x, x, f));
+        }
+      }
+      if constexpr (kSoftcap) issue_dv();
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(tVrdV);
+      if constexpr (kAccumulateDq) {
+        // dS^T is rewritten once every warp of both consumers is past the previous step's dQ, which read it (a
+        // warp's wgmma wait covers its own share only): the step barrier. Split by keys, each consumer's dQ reads
+        // only its own dS^T, and the previous step's hand-off barrier, after every warp's dQ wait, says so.
+        if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
+        copy(stsm, thr_stsm.retile_S(rdS), tPsdS);
+      }
+    };
+    // Untransposed (wide): S -> softcap, mask, and (without a softcap) P in place while dP is still on the tensor
+    // cores; then dS, P and dS in T in registers, and once the products of the previous step that read them are
+    // done (the step barrier, or this consumer's own), both into shared memory by stmatrix. Under a softcap S
+    // keeps the capped scores until dS, which needs them (grad_score).
     auto grads = [&](auto masked) {
       constexpr bool kMasked = decltype(masked)::value;
+      float lse2[kRowSlots], delta[kRowSlots];  // this thread's rows
+      CUTE_UNROLL
+      for (int slot = 0; slot < kRowSlots; ++slot) {
+        lse2[slot] = smem.lse2[s][slot_row(slot)];
+        delta[slot] = smem.delta[s][slot_row(slot)];
+      }
       // Each of this thread's rows tests its elements against the keys it sees relative to the thread's first
       // column (VisibleKeys), so an element costs two compares against a constant offset (absolute coordinates
       // per element cost more instructions and, at D = 64, registers).
@@ -451,8 +596,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       }
       warpgroup_wait<0>();
       warpgroup_fence_operand(tSrdP);
-      auto rP = make_tensor_like<T>(tSrS);
-      auto rdS = make_tensor_like<T>(tSrS);
       CUTE_UNROLL
       for (int e = 0; e < size(tSrS); ++e) {
         const float x = tSrS(e);
@@ -460,48 +603,44 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         rP(e) = T(prob);
         rdS(e) = T(sm80::grad_score<kSoftcap, kMasked>(prob, tSrdP(e), delta[row_slot(e)], x, f));
       }
-      // P and dS are rewritten once every warp of the consumer is past the previous step's products that read
-      // them (a warp's wgmma wait covers its own share only): where the other consumer reads them too (kSharedDs)
-      // the step barrier says so for both consumers; otherwise (dQ split by keys, or no dQ: deterministic) a
-      // barrier of the consumer's own here.
       if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
       if (!kSharedDs && i > 0) named_sync(1 + w, 128);
       copy(stsm, thr_stsm.retile_S(rP), tPsP);
       copy(stsm, thr_stsm.retile_S(rdS), tPsdS);
     };
+    auto step_grads = [&](auto masked) {
+      if constexpr (kScoresT)
+        grads_t(masked);
+      else
+        grads(masked);
+    };
     if (full_tile)
-      grads(std::false_type{});
+      step_grads(std::false_type{});
     else
-      grads(std::true_type{});
+      step_grads(std::true_type{});
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> async-proxy reads (wgmma)
     // Step i writes dQ buffer i % 2, last read by the add of step i - 2: every add but the latest has read its
     // buffer after this wait, and the barrier below passes that on to the consumer's threads.
     if (kAccumulateDq && !kWide && tid == 0) tma_store_wait<1>();
-    // This consumer's P and dS are in place; by head-dim rows, both consumers' (dV and dK read all the keys).
-    if (kKvByDims)
-      named_sync(kDsBarrier, 2 * 128);
-    else
-      named_sync(1 + w, 128);
-    // dV, dK and dQ. Except wide, dQ goes before dK and is waited for alone, so that its hand-off below (the
+    // The shared tiles the products read are in place. Transposed, only dQ reads dS^T: both consumers' where
+    // their dQ needs both (kSharedDs), else this consumer's. Untransposed, dV and dK read this consumer's P and
+    // dS (by head-dim rows, both consumers'), and dQ the other's dS too (below).
+    if constexpr (kScoresT) {
+      if (kAccumulateDq) named_sync(kSharedDs ? kDsBarrier : 1 + w, kSharedDs ? 2 * 128 : 128);
+    } else {
+      named_sync(kKvByDims ? kDsBarrier : 1 + w, kKvByDims ? 2 * 128 : 128);
+      issue_mma(mma_kv, thr_kv.partition_fragment_A(sdOt), thr_kv.partition_fragment_B(sPt_kv), tVrdV, true);
+      issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_kv), tKrdK, true);
+      if (kSharedDs && !kKvByDims) named_sync(kDsBarrier, 2 * 128);
+    }
+    // dQ, then (transposed) dK from dS^T's registers: dQ is waited for alone, so that its hand-off below (the
     // stores, fence, barrier and TMA add) runs while dK is on the tensor cores (wgmma groups complete in the order
     // they were committed). Wide, the hand-off writes into this step's Q and dO buffers, which dK reads.
-    constexpr bool kDqUnderDk = kAccumulateDq && !kWide;
-    if constexpr (kWide)
-      issue_mma(mma_kv, thr_kv.partition_fragment_A(sdOt), thr_kv.partition_fragment_B(sPt_kv), tVrdV, true);
-    else
-      issue_mma(mma_kv, thr_kv.partition_fragment_A(sPt_kv), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
-    auto issue_dk = [&] {
-      if constexpr (kWide)
-        issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_kv), tKrdK, true);
-      else
-        issue_mma(mma_kv, thr_kv.partition_fragment_A(sdSt_kv), thr_kv.partition_fragment_B(sQt), tKrdK, true);
-    };
-    if constexpr (!kDqUnderDk) issue_dk();
-    if (kSharedDs && !kKvByDims) named_sync(kDsBarrier, 2 * 128);  // and the other's dS, which dQ reads too
     auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
     if (kAccumulateDq)
       issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
-    if constexpr (kDqUnderDk) issue_dk();
+    if constexpr (kScoresT) issue_mma(mma_kv, acc_as_a_operand(rdS), thr_kv.partition_fragment_B(sQt), tKrdK, true);
+    constexpr bool kDqUnderDk = kAccumulateDq && kScoresT;
     auto kv_done = [&] {  // dV and dK are complete, so this stage's Q, dO, LSE and D are read
       warpgroup_wait<0>();
       warpgroup_fence_operand(tVrdV);
@@ -509,7 +648,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       if (!kDqInStage) EmptyBarrier::arrive(&smem.empty[s]);
     };
     if constexpr (kDqUnderDk)
-      warpgroup_wait<1>();  // dV and dQ
+      warpgroup_wait<1>();  // dQ
     else
       kv_done();
     warpgroup_fence_operand(tQrdQ);

@@ -1,0 +1,79 @@
+// The register layouts the sm90 backward's transposed scores rest on (src/backends/cuda/sm90/bwd_kernel.cuh,
+// BwdTraits::kScoresT), checked on the CPU with CuTe's own partitions, for D = 64, 96 and 128 and every consumer
+// thread:
+//   - acc_as_a_operand: each element of S^T's accumulator is, as the register A operand of dV = P^T dO and
+//     dK = dS^T Q, the same (key, query) that the products' partition of their A operand expects there;
+//   - the LSE and D pairs: accumulator elements 4j and 4j + 1 are two adjacent queries, the first even (one
+//     8-byte load), and 4j + 2, 4j + 3 the same queries eight keys on (so one pair serves four elements);
+//   - dQ's view of the stored dS^T (SmemLayoutDsForDq) is its transpose: (query, key) at the address the
+//     stmatrix of (key, query) wrote.
+// Host code only: built with nvcc by .ci/run and run there, no GPU needed. Exit status 1 on the first mismatch.
+#include <cstdio>
+
+#include "backends/cuda/sm90/bwd_kernel.cuh"
+
+namespace {
+
+using namespace cute;
+
+template <int kHeadDim>
+bool check_head_dim() {
+  using Traits = flashtile::cuda::sm90::BwdTraits<cutlass::bfloat16_t, kHeadDim>;
+  static_assert(Traits::kScoresT, "the transposed scores' head dims");
+  using M = typename Traits::M;
+  using N = typename Traits::N;
+  using HalfN = typename Traits::HalfN;
+  typename Traits::MmaSdP mma_sdp;
+  typename Traits::MmaKV mma_kv;
+  for (int tid = 0; tid < 128; ++tid) {
+    // S^T's accumulator: (a consumer's 64 keys, kBlockM queries); dV's and dK's A operand: (64 keys, kBlockM
+    // queries) too, as (M, K).
+    auto tScS = mma_sdp.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<HalfN, M>{}));
+    auto tAcA = mma_kv.get_thread_slice(tid).partition_A(make_identity_tensor(Shape<HalfN, M>{}));
+    auto element = make_tensor<int>(shape(tScS));  // element e of the accumulator holds e
+    for (int e = 0; e < size(element); ++e) element(e) = e;
+    auto as_a = flashtile::cuda::sm90::acc_as_a_operand(element);
+    if (size(as_a) != size(tAcA) || size<2>(as_a) != size<2>(tAcA)) {
+      std::printf("D = %d: the A operand's shape differs from the accumulator's\n", kHeadDim);
+      return false;
+    }
+    for (int kb = 0; kb < size<2>(tAcA); ++kb)
+      for (int v = 0; v < size<0>(tAcA); ++v)
+        if (tScS(as_a(v, 0, kb)) != tAcA(v, 0, kb)) {
+          std::printf("D = %d thread %d k block %d value %d: accumulator element %d is (%d, %d), the A operand "
+                      "expects (%d, %d)\n",
+                      kHeadDim, tid, kb, v, as_a(v, 0, kb), int(get<0>(tScS(as_a(v, 0, kb)))),
+                      int(get<1>(tScS(as_a(v, 0, kb)))), int(get<0>(tAcA(v, 0, kb))), int(get<1>(tAcA(v, 0, kb))));
+          return false;
+        }
+    for (int j = 0; j < size(tScS) / 4; ++j) {
+      const auto c = tScS(4 * j);
+      const bool pair = get<1>(c) % 2 == 0 && tScS(4 * j + 1) == make_coord(get<0>(c), get<1>(c) + 1) &&
+                        tScS(4 * j + 2) == make_coord(get<0>(c) + 8, get<1>(c)) &&
+                        tScS(4 * j + 3) == make_coord(get<0>(c) + 8, get<1>(c) + 1);
+      if (!pair) {
+        std::printf("D = %d thread %d: elements %d..%d are not one query pair at two keys\n", kHeadDim, tid, 4 * j,
+                    4 * j + 3);
+        return false;
+      }
+    }
+  }
+  typename Traits::SmemLayoutDs stored;         // (keys, queries)
+  typename Traits::SmemLayoutDsForDq for_dq;    // (queries, keys)
+  for (int q = 0; q < M::value; ++q)
+    for (int k = 0; k < N::value; ++k)
+      if (for_dq(q, k) != stored(k, q)) {
+        std::printf("D = %d: dQ's view of dS^T at (query %d, key %d) is offset %d, the stored (key, query) %d\n",
+                    kHeadDim, q, k, int(for_dq(q, k)), int(stored(k, q)));
+        return false;
+      }
+  std::printf("D = %d: ok\n", kHeadDim);
+  return true;
+}
+
+}  // namespace
+
+int main() {
+  const bool ok = check_head_dim<64>() & check_head_dim<96>() & check_head_dim<128>();
+  return ok ? 0 : 1;
+}
