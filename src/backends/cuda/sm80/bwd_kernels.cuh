@@ -96,16 +96,21 @@ __device__ __forceinline__ float row_dot_o_do(const BwdKernelParams& p, const La
   return acc;
 }
 
-// D for one query row per lane group. In the default mode the same pass zeroes the dQ accumulator
-// (dq_accum_floats floats; 0 in the deterministic mode, which has none), a 16-byte store a thread and round, in
-// its place in memory rather than its rows': stores need no wait, so they go out under the loads of O and dO,
-// where a memset before this kernel was a pass of its own (FlashAttention-2 zeroes its accumulator in the same
-// kernel). Same-call A/B (v22, docs/perf-log.md): the backward +0.2-1.3% at S = 512, even from S = 4096.
-template <typename T, int kHeadDim>
-__global__ void __launch_bounds__(kRowThreads) bwd_delta_kernel(const BwdKernelParams p, int64_t dq_accum_floats) {
+// Zeroes the dQ accumulator (dq_accum_floats floats, a multiple of 4; 0 in the deterministic mode, which has
+// none) from the kernel that computes D, a 16-byte store a thread and round, in its place in memory rather than
+// its rows': stores need no wait, so they go out under the loads of O and dO, where a memset before that kernel
+// was a pass of its own (FlashAttention-2 zeroes its accumulator in the same kernel). Same-call A/B (sm80 v22,
+// docs/perf-log.md): the backward +0.2-1.3% at S = 512, even from S = 4096.
+__device__ __forceinline__ void zero_dq_accum(const BwdKernelParams& p, int64_t dq_accum_floats) {
   const int64_t threads = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < dq_accum_floats / 4; i += threads)
     reinterpret_cast<float4*>(p.dq_accum)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
+// D for one query row per lane group, and the dQ accumulator zeroed (zero_dq_accum).
+template <typename T, int kHeadDim>
+__global__ void __launch_bounds__(kRowThreads) bwd_delta_kernel(const BwdKernelParams p, int64_t dq_accum_floats) {
+  zero_dq_accum(p, dq_accum_floats);
   LaneRow<kHeadDim> r;
   if (!r.find(p.fwd, p.fwd.seqlen_q)) return;
   const float acc = row_dot_o_do<T>(p, r);

@@ -223,9 +223,11 @@ struct BwdTraits {
 
 // D = rowsum(dO * O) and the LSE in log2 units (lse_log2: rows that saw no key get 0) for one workspace row per
 // lane group (sm80::LaneRow), rows (batch, head, padded row); the padding rows get 0 for both (their Q and dO load
-// as zeros, so they add nothing to dK and dV, and their dQ is clipped).
+// as zeros, so they add nothing to dK and dV, and their dQ is clipped). The dQ accumulator is zeroed in the same
+// pass (sm80::zero_dq_accum: dq_accum_floats, 0 in the deterministic mode).
 template <typename CudaT, int kHeadDim>
-__global__ void __launch_bounds__(sm80::kRowThreads) bwd_prep_kernel(const BwdKernelParams p) {
+__global__ void __launch_bounds__(sm80::kRowThreads) bwd_prep_kernel(const BwdKernelParams p, int64_t dq_accum_floats) {
+  sm80::zero_dq_accum(p, dq_accum_floats);
   const FwdKernelParams& f = p.fwd;
   sm80::LaneRow<kHeadDim> r;
   if (!r.find(f, bwd_padded_rows(f.seqlen_q))) return;

@@ -1,7 +1,7 @@
-// Launches the sm90 backward for one (dtype, head dim) instantiation: the LSE and D into the padded workspace,
-// the dQ accumulator cleared, the TMA descriptors of q, k, v, dO and the accumulator built from the call's
-// shapes and strides, the main kernel, then dQ's conversion. Included only by the generated translation units
-// (cmake/cuda_instantiations.cmake), so each kernel compiles once.
+// Launches the sm90 backward for one (dtype, head dim) instantiation: the LSE and D into the padded workspace
+// and the dQ accumulator cleared (one prep kernel), the TMA descriptors of q, k, v, dO and the accumulator built
+// from the call's shapes and strides, the main kernel, then dQ's conversion. Included only by the generated
+// translation units (cmake/cuda_instantiations.cmake), so each kernel compiles once.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -36,13 +36,10 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   const int64_t ctas = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
   if (ctas > INT32_MAX) return cudaErrorInvalidValue;  // block numbers are ints in the kernel
 
-  const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-  if (accumulate_dq)
-    if (cudaError_t err = cudaMemsetAsync(p.dq_accum, 0, rows * f.head_dim * sizeof(float), stream);
-        err != cudaSuccess)
-      return err;
+  const int64_t dq_accum_floats =
+      accumulate_dq ? static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q * f.head_dim : 0;
   using Rows = sm80::LaneRow<kHeadDim>;  // the prep kernel's threads
-  bwd_prep_kernel<T, kHeadDim><<<Rows::blocks(padded_rows), sm80::kRowThreads, 0, stream>>>(p);
+  bwd_prep_kernel<T, kHeadDim><<<Rows::blocks(padded_rows), sm80::kRowThreads, 0, stream>>>(p, dq_accum_floats);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
   // A TMA load of q, k, v or dO as (seqlen, head dim, heads, batch) in tiles of `layout`.
