@@ -7,6 +7,9 @@
 //     8-byte load), and 4j + 2, 4j + 3 the same queries eight keys on (so one pair serves four elements);
 //   - dQ's view of the stored dS^T (SmemLayoutDsForDq) is its transpose: (query, key) at the address the
 //     stmatrix of (key, query) wrote.
+// And for D = 192 and 256, whose dQ is added from registers in the fragment order (sm80/dq_accum.hpp): the four
+// accumulator elements 4j .. 4j + 3 of every thread are rows g and g + 8 of its warp's 16-row band, columns 2t
+// and 2t + 1 of 8-column block j (lane 4g + t), the order of one fragment.
 // Host code only: built with nvcc by .ci/run and run there, no GPU needed. Exit status 1 on the first mismatch.
 #include <cstdio>
 
@@ -71,9 +74,35 @@ bool check_head_dim() {
   return true;
 }
 
+template <int kHeadDim>
+bool check_dq_fragments() {
+  using Traits = flashtile::cuda::sm90::BwdTraits<cutlass::bfloat16_t, kHeadDim>;
+  static_assert(Traits::kDqOrder == flashtile::cuda::sm80::DqAccumOrder::kFragment, "the wide head dims");
+  using DqCols = typename Traits::DqCols;
+  typename Traits::MmaDQ mma_dq;
+  for (int tid = 0; tid < 128; ++tid) {
+    auto tQcQ = mma_dq.get_thread_slice(tid).partition_C(make_identity_tensor(Shape<_64, DqCols>{}));
+    const int lane = tid % 32, g = lane / 4, t = lane % 4;
+    if (size(tQcQ) != DqCols::value / 2) return false;
+    for (int block = 0; block < DqCols::value / 8; ++block)
+      for (int k = 0; k < 4; ++k) {
+        const auto want = make_coord(16 * (tid / 32) + g + 8 * (k / 2), 8 * block + 2 * t + k % 2);
+        if (tQcQ(4 * block + k) != want) {
+          std::printf("D = %d thread %d: dQ element %d is (%d, %d), the fragment order puts (%d, %d) there\n",
+                      kHeadDim, tid, 4 * block + k, int(get<0>(tQcQ(4 * block + k))),
+                      int(get<1>(tQcQ(4 * block + k))), int(get<0>(want)), int(get<1>(want)));
+          return false;
+        }
+      }
+  }
+  std::printf("D = %d: dQ fragments ok\n", kHeadDim);
+  return true;
+}
+
 }  // namespace
 
 int main() {
-  const bool ok = check_head_dim<64>() & check_head_dim<96>() & check_head_dim<128>();
+  const bool ok = check_head_dim<64>() & check_head_dim<96>() & check_head_dim<128>() & check_dq_fragments<192>() &
+                  check_dq_fragments<256>();
   return ok ? 0 : 1;
 }

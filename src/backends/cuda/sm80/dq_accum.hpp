@@ -9,7 +9,8 @@
 namespace flashtile::cuda::sm80 {
 
 // The dQ accumulator's order (the column kDqOrder). The sm90 backward adds whole tiles into it by TMA, in the
-// plain order (kPlain: rows of head_dim floats). The sm80 dK/dV kernel adds a thread's mma fragments (ptx.cuh):
+// plain order (kPlain: rows of head_dim floats), up to D = 128, and above, a thread's wgmma fragments in the
+// fragment order (sm90::BwdTraits::kDqOrder). The sm80 dK/dV kernel adds a thread's mma fragments (ptx.cuh):
 // lane 4g + t holds rows g and g + 8 of a 16-row block, columns 2t and 2t + 1 of each 8-column block.
 //   kPairInterleaved: rows as in kPlain, each 16-column group with its two 8-column halves interleaved a pair at
 //     a time, columns (2t, 2t + 1, 8 + 2t, 9 + 2t) at 4t .. 4t + 3, so that one 16-byte reduction (sm90:

@@ -26,8 +26,9 @@
 //        keys: both consumers' dS again); at D = 96, dQ += dS_w K_w (every column over the consumer's own 64 keys:
 //        the consumers never wait for each other, but a 48-column half of K's transposed view would start inside
 //        a swizzle atom, which a wgmma operand cannot)
-//        dQ's part goes to shared memory (swizzled, two buffers) and one thread adds it to the accumulator in
-//        global memory by TMA reduce-add: no atomics on the consumers, one instruction per step;
+//        Up to D = 128 dQ's part goes to shared memory (swizzled, two buffers) and one thread adds it to the
+//        accumulator in global memory by TMA reduce-add: no atomics on the consumers, one instruction per step;
+//        wide, each thread adds its registers by 16-byte reductions (BwdTraits::kDqOrder);
 //      - dK (times the scale) and dV are stored from registers at the end;
 //   3. sm80::launch_bwd_dq_convert: dQ = the accumulator times the scale, in the input dtype.
 // The deterministic mode runs bwd_kernel without its dQ part (kAccumulateDq = false: then nothing adds into
@@ -38,8 +39,7 @@
 // dP (kBlockM x kBlockN / 2 / 128 each), dQ (DqCols / 2): 224 at D = 64, 128 and 256, 208 at 96, 176 at 192,
 // within setmaxnreg's 240; transposed, P^T and dS^T in T besides (a quarter of S's each, 16 at D = 96 and 128,
 // 32 at D = 64, where dV is therefore complete before dS^T is made). Above D = 128 (wide) dK and dV are
-// (dim, key) tiles (at D = 256 kHeadDim / 2 x kBlockN a consumer: BwdTraits::kKvByDims) and dQ is staged in the
-// step's Q and dO buffers (BwdTraits::kWide).
+// (dim, key) tiles (at D = 256 kHeadDim / 2 x kBlockN a consumer: BwdTraits::kKvByDims).
 #pragma once
 
 #include <cute/tensor.hpp>  // first: the atom headers below expect it
@@ -83,9 +83,7 @@ struct BwdTraits {
   static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
                 "the sm90 backward's head dims");
   // Above 128 (wide) a CTA takes 64 keys, 32 a consumer, so that dK and dV fit in the registers; they are then
-  // computed transposed (dV^T = dO^T P: a product over 32 keys would have 32 rows, below wgmma's 64), and dQ goes
-  // to the TMA through the step's own Q and dO buffers, once both consumers are done with them (no room for
-  // buffers of its own).
+  // computed transposed (dV^T = dO^T P: a product over 32 keys would have 32 rows, below wgmma's 64).
   static constexpr bool kWide = kHeadDim > 128;
   static constexpr int kBlockN = kWide ? 64 : 128;
   // dK and dV are split between the consumers by keys (each its kBlockN / 2 keys, every head dim), except at
@@ -101,6 +99,13 @@ struct BwdTraits {
   // shared memory, only dS^T does (for dQ, which needs both consumers' keys), and dV can start as soon as P is
   // made. Wide keeps S_w = Q K_w^T: a consumer's 32 keys are below wgmma's 64 rows.
   static constexpr bool kScoresT = !kWide;
+  // The dQ accumulator's order (sm80/dq_accum.hpp). Up to D = 128 a consumer's dQ box goes to shared memory and
+  // one TMA reduce-add takes it into the plain order. Wide, each thread adds its accumulator registers by 16-byte
+  // reductions into the fragment order (FlashAttention-3's choice at D = 256): staging 64 x 256 floats a step in
+  // shared memory and the TMA's read of them were 128 KB of the ~576 KB of shared-memory traffic a D = 256 step
+  // has, on a port the N = 32 products already load hardest; and the step's Q and dO buffers, which held the
+  // staged dQ before (there is no room for dQ buffers of its own), are free once dV and dK are done.
+  static constexpr sm80::DqAccumOrder kDqOrder = kWide ? sm80::DqAccumOrder::kFragment : sm80::DqAccumOrder::kPlain;
   // The dQ split, and the query rows of a step: 128 at D = 64, whose products are half as deep as D = 128's, so
   // that a step's fixed costs (barriers, the dQ hand-off, the loads' waits) are spread over twice the work;
   // 64 above (the registers: the top of this file).
@@ -172,7 +177,8 @@ struct BwdTraits {
                                  kScoresT ? cute::GMMA::Major::MN : cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
 
   // q, k, v or dO as (seqlen, head dim, heads, batch) over its strides (the call's head dim: TMA zero-fills the
-  // columns up to kHeadDim); the fp32 dQ accumulator likewise, dense ((batch, head, row, column) in memory).
+  // columns up to kHeadDim); the fp32 dQ accumulator likewise, dense ((batch, head, row, column) in memory: the
+  // plain order, which the TMA adds into up to D = 128).
   static auto rows_tensor(const void* ptr, int seqlen, int head_dim, int heads, int batch, const int64_t* stride) {
     using namespace cute;
     return make_tensor(make_gmem_ptr(static_cast<const T*>(ptr)),
@@ -208,8 +214,6 @@ struct BwdTraits {
   // D = 64 takes 196 KB (two stages of 128-row Q and dO, 128 x 128 dS, two dQ buffers a consumer), D = 96 and
   // 128 211 KB, D = 192 162 KB, D = 256 210 KB.
   static_assert(kSmemBytes <= 227 * 1024, "an sm90 block has at most 227 KB of shared memory");
-  static_assert(!kWide || 64 * DqCols::value * sizeof(float) == kBlockM * kHeadDim * sizeof(T),
-                "wide, a consumer's dQ box fills one of the step's Q or dO buffers");
   static constexpr uint32_t kKvBytes = 2 * kBlockN * kHeadDim * sizeof(T);
   static constexpr uint32_t kStepBytes = 2 * kBlockM * kHeadDim * sizeof(T) + 2 * kBlockM * sizeof(float);
 
@@ -223,7 +227,8 @@ struct BwdTraits {
 
 // D = rowsum(dO * O) and the LSE in log2 units (lse_log2: rows that saw no key get 0) for one workspace row per
 // lane group (sm80::LaneRow), rows (batch, head, padded row); the padding rows get 0 for both (their Q and dO load
-// as zeros, so they add nothing to dK and dV, and their dQ is clipped). The dQ accumulator is zeroed in the same
+// as zeros, so they add nothing to dK and dV, and their dQ is clipped by the TMA or, wide, added into the
+// accumulator's padding rows or not at all, past them; the conversion reads neither). The dQ accumulator is zeroed in the same
 // pass (sm80::zero_dq_accum: dq_accum_floats, 0 in the deterministic mode).
 template <typename CudaT, int kHeadDim>
 __global__ void __launch_bounds__(sm80::kRowThreads) bwd_prep_kernel(const BwdKernelParams p, int64_t dq_accum_floats) {
@@ -296,8 +301,7 @@ __device__ __forceinline__ float2 ld_shared_pair(const float* p) {
 // dS (dQ split by columns or by rows; at D = 256 dK and dV too, and P), kDsBarrier when both consumers' dS (and P)
 // are in shared memory, and kStepBarrier + w when consumer w may overwrite its dS (and, wide, P; it waits there;
 // the other consumer arrives once its products of the step before have read them).
-// Wide (D > 128), kStageBarrier when both consumers are done reading a step's Q and dO, whose buffers then take dQ.
-constexpr int kDsBarrier = 3, kStepBarrier = 4, kStageBarrier = 6;
+constexpr int kDsBarrier = 3, kStepBarrier = 4;
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
 }
@@ -316,7 +320,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   // The consumers wait for each other only where a product reads both one's P or dS: dQ split by columns or by
   // rows, and dK and dV split by head-dim rows.
   constexpr DqSplit kDqSplit = Traits::kDqSplit;
-  constexpr bool kWide = Traits::kWide, kDqInStage = kWide && kAccumulateDq, kKvByDims = Traits::kKvByDims;
+  constexpr bool kWide = Traits::kWide, kKvByDims = Traits::kKvByDims;
   constexpr bool kScoresT = Traits::kScoresT;
   constexpr bool kSharedDs = kKvByDims || (kAccumulateDq && kDqSplit != DqSplit::kByKeys);
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
@@ -353,8 +357,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     FullBarrier::init(&smem.kv_full, 1);
     for (int s = 0; s < kStages; ++s) {
       FullBarrier::init(&smem.full[s], 1);
-      // Wide with dQ, one thread of each consumer frees the stage once the TMA has read its dQ from it.
-      EmptyBarrier::init(&smem.empty[s], kDqInStage ? Traits::kConsumers : Traits::kConsumers * 128);
+      EmptyBarrier::init(&smem.empty[s], Traits::kConsumers * 128);
     }
     cutlass::arch::fence_barrier_init();
   }
@@ -627,53 +630,78 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     // The shared tiles the products read are in place. Transposed, only dQ reads dS^T: both consumers' where
     // their dQ needs both (kSharedDs), else this consumer's. Untransposed, dV and dK read this consumer's P and
     // dS (by head-dim rows, both consumers'), and dQ the other's dS too (below).
+    // dQ is issued before dK (transposed: from dS^T's registers), or at D = 256 before dV and dK, and waited for
+    // alone, so that its hand-off below (transposed: the stores, fence, barrier and TMA add; wide: the
+    // reductions) runs while they are on the tensor cores (wgmma groups complete in the order they were
+    // committed). At D = 192 dQ waits for the other consumer's dS (kDsBarrier), so it goes last.
+    auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
+    auto issue_dq = [&] {
+      issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
+    };
+    constexpr bool kDqFirst = kAccumulateDq && (kScoresT || kKvByDims);
     if constexpr (kScoresT) {
       if (kAccumulateDq) named_sync(kSharedDs ? kDsBarrier : 1 + w, kSharedDs ? 2 * 128 : 128);
+      if (kAccumulateDq) issue_dq();
+      issue_mma(mma_kv, acc_as_a_operand(rdS), thr_kv.partition_fragment_B(sQt), tKrdK, true);
     } else {
       named_sync(kKvByDims ? kDsBarrier : 1 + w, kKvByDims ? 2 * 128 : 128);
+      if (kDqFirst) issue_dq();
       issue_mma(mma_kv, thr_kv.partition_fragment_A(sdOt), thr_kv.partition_fragment_B(sPt_kv), tVrdV, true);
       issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_kv), tKrdK, true);
       if (kSharedDs && !kKvByDims) named_sync(kDsBarrier, 2 * 128);
+      if (kAccumulateDq && !kDqFirst) issue_dq();
     }
-    // dQ, then (transposed) dK from dS^T's registers: dQ is waited for alone, so that its hand-off below (the
-    // stores, fence, barrier and TMA add) runs while dK is on the tensor cores (wgmma groups complete in the order
-    // they were committed). Wide, the hand-off writes into this step's Q and dO buffers, which dK reads.
-    auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
-    if (kAccumulateDq)
-      issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
-    if constexpr (kScoresT) issue_mma(mma_kv, acc_as_a_operand(rdS), thr_kv.partition_fragment_B(sQt), tKrdK, true);
-    constexpr bool kDqUnderDk = kAccumulateDq && kScoresT;
     auto kv_done = [&] {  // dV and dK are complete, so this stage's Q, dO, LSE and D are read
       warpgroup_wait<0>();
       warpgroup_fence_operand(tVrdV);
       warpgroup_fence_operand(tKrdK);
-      if (!kDqInStage) EmptyBarrier::arrive(&smem.empty[s]);
+      EmptyBarrier::arrive(&smem.empty[s]);
     };
-    if constexpr (kDqUnderDk)
-      warpgroup_wait<1>();  // dQ
+    if constexpr (kDqFirst)
+      warpgroup_wait<kScoresT ? 1 : 2>();  // dQ
     else
       kv_done();
     warpgroup_fence_operand(tQrdQ);
-    if (kSharedDs && i + 1 < steps)  // this consumer's products have read the other's dS (by head-dim rows, P too)
-      asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
+    // The other consumer may rewrite its dS (and P) once this consumer's products that read them are done: dQ,
+    // and by head-dim rows dV and dK too, which with dQ first are waited for after the hand-off.
+    constexpr bool kArriveAfterKv = kKvByDims && kDqFirst;
+    auto arrive_step = [&] {
+      if (kSharedDs && i + 1 < steps) asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
+    };
+    if (!kArriveAfterKv) arrive_step();
 
-    if constexpr (kAccumulateDq) {
+    if constexpr (kAccumulateDq && kWide) {
+      // The reductions: this warp's 16 rows of the box (one band of the fragment order; rows past the sequence
+      // end within a real band add into its padding), an 8-column block a reduction, the accumulator's four
+      // registers of the block as they are (tests/backends/cuda/sm90_bwd_layout_test.cu checks the fragment's
+      // order). No branch stands between them: each would wait for the reductions before it to read their
+      // registers (the sm80 backward's v5), so a head dim below kHeadDim takes a copy with the column test.
+      const int band0 = row0 + 16 * (tid / 32), col0 = dq_col_box * DqCols::value;
+      float* dq_band = p.dq_accum +
+                       (static_cast<int64_t>(b) * f.heads_q + h) * sm80::dq_accum_fragment_rows(f.seqlen_q) *
+                           f.head_dim +
+                       static_cast<int64_t>(band0) * f.head_dim + col0 * 16 + (tid % 32) * 4;
+      auto reduce = [&](auto all_columns) {
+        CUTE_UNROLL
+        for (int block = 0; block < DqCols::value / 8; ++block) {
+          if (!decltype(all_columns)::value && col0 + 8 * block >= f.head_dim) break;
+          sm80::red_add(dq_band + block * 128, make_float4(tQrdQ(4 * block), tQrdQ(4 * block + 1),
+                                                           tQrdQ(4 * block + 2), tQrdQ(4 * block + 3)));
+        }
+      };
+      if (band0 < f.seqlen_q) {
+        if (col0 + DqCols::value <= f.head_dim)
+          reduce(std::true_type{});
+        else
+          reduce(std::false_type{});
+      }
+    }
+    if constexpr (kAccumulateDq && !kWide) {
       // dQ into this step's buffer, then added by TMA (rows past the sequence end and columns past the head dim
       // are clipped by the descriptor; split by keys, both consumers add into the same box). A box wholly past
       // the sequence's end (split by rows, the last step's second half) is not issued, but its group is still
       // committed, so that the wait above keeps counting one group per step.
-      // Wide: the box goes to this step's Q buffer (consumer 0) or dO buffer (1), each exactly a box's size, once
-      // both consumers' dV and dK have read them.
-      if (kWide) named_sync(kStageBarrier, 2 * 128);
-      const int dq_buf = i % 2;
-      auto sdQ_step = [&] {
-        if constexpr (kWide)
-          return make_tensor(make_smem_ptr(reinterpret_cast<float*>((w == 0 ? smem.q : smem.dout) +
-                                                                    s * cosize_v<typename Traits::SmemLayoutQ>)),
-                             typename Traits::SmemLayoutDq{});
-        else
-          return sdQ(_, _, dq_buf);
-      }();
+      auto sdQ_step = sdQ(_, _, i % 2);
       CUTE_UNROLL
       for (int e = 0; e < size(tQrdQ); e += 2) {  // st.shared: a plain store through the layout goes generic
         const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(&sdQ_step(get<0>(tQcQ(e)), get<1>(tQcQ(e)))));
@@ -691,19 +719,16 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
           copy(prm.tma_dq, tdQs, tdQg);
         }
         tma_store_arrive();
-        if constexpr (kDqInStage) {  // the stage is free once the add has read the box
-          tma_store_wait<0>();
-          EmptyBarrier::arrive(&smem.empty[s]);
-        }
       }
     }
-    if constexpr (kDqUnderDk) kv_done();
+    if constexpr (kDqFirst) kv_done();
+    if (kArriveAfterKv) arrive_step();
     row0 += kBlockM;
     if (row0 >= row_end) row0 = row_first, ++h;
   }
   // With the step barriers (kSharedDs), each consumer waits at its own in steps 1 .. steps - 1 and the other
   // arrives there after steps 0 .. steps - 2, so none is left open here.
-  if (kAccumulateDq && tid == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // adds done
+  if (kAccumulateDq && !kWide && tid == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // adds done
 
   // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys: two columns per store,
   // or wide, where an accumulator's neighbours are two keys of one column, one element per store (by head-dim

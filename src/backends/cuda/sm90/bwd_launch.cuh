@@ -18,8 +18,9 @@
 
 namespace flashtile::cuda::sm90 {
 
-// p.delta holds bwd_stats_floats() floats (D, then the LSE in log2 units); p.dq_accum batch x heads_q x seqlen_q x
-// head_dim floats, or nullptr in the deterministic mode; seqlen_q and seqlen_k are not 0 (cuda_backend.cpp runs
+// p.delta holds bwd_stats_floats() floats (D, then the LSE in log2 units); p.dq_accum batch x heads_q x
+// dq_accum_rows(seqlen_q, Traits::kDqOrder) x head_dim floats (the workspace has room for the fragment order's
+// padded rows), or nullptr in the deterministic mode; seqlen_q and seqlen_k are not 0 (cuda_backend.cpp runs
 // the sm80 kernels then: there is nothing to load, and a TMA descriptor cannot have an extent of 0).
 template <typename T, int kHeadDim>
 cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
@@ -37,7 +38,9 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   if (ctas > INT32_MAX) return cudaErrorInvalidValue;  // block numbers are ints in the kernel
 
   const int64_t dq_accum_floats =
-      accumulate_dq ? static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q * f.head_dim : 0;
+      accumulate_dq ? static_cast<int64_t>(f.batch) * f.heads_q * sm80::dq_accum_rows(f.seqlen_q, Traits::kDqOrder) *
+                          f.head_dim
+                    : 0;
   using Rows = sm80::LaneRow<kHeadDim>;  // the prep kernel's threads
   bwd_prep_kernel<T, kHeadDim><<<Rows::blocks(padded_rows), sm80::kRowThreads, 0, stream>>>(p, dq_accum_floats);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
@@ -70,7 +73,7 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSmemBytes, stream>>>(prm);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   if (!accumulate_dq) return sm80::launch_bwd_dq<T, kHeadDim>(p, stream);  // reads D at p.delta_head_stride
-  sm80::launch_bwd_dq_convert<T, kHeadDim, sm80::DqAccumOrder::kPlain>(p, stream);
+  sm80::launch_bwd_dq_convert<T, kHeadDim, Traits::kDqOrder>(p, stream);
   return cudaGetLastError();
 }
 
