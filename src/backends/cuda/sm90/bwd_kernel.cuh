@@ -26,9 +26,10 @@
 //        keys: both consumers' dS again); at D = 96, dQ += dS_w K_w (every column over the consumer's own 64 keys:
 //        the consumers never wait for each other, but a 48-column half of K's transposed view would start inside
 //        a swizzle atom, which a wgmma operand cannot)
-//        Up to D = 128 dQ's part goes to shared memory (swizzled, two buffers) and one thread adds it to the
-//        accumulator in global memory by TMA reduce-add: no atomics on the consumers, one instruction per step;
-//        wide, each thread adds its registers by 16-byte reductions (BwdTraits::kDqOrder);
+//        Up to D = 128 dQ's part goes to shared memory (swizzled, two buffers per consumer) and the dQ writer, a
+//        thread of the producer warpgroup, adds it to the accumulator in global memory by TMA reduce-add: no
+//        atomics on the consumers and no wait for the add, one instruction per box; wide, each thread adds its
+//        registers by 16-byte reductions (BwdTraits::kDqOrder);
 //      - dK (times the scale) and dV are stored from registers at the end;
 //   3. sm80::launch_bwd_dq_convert: dQ = the accumulator times the scale, in the input dtype.
 // The deterministic mode runs bwd_kernel without its dQ part (kAccumulateDq = false: then nothing adds into
@@ -209,6 +210,7 @@ struct BwdTraits {
     alignas(16) float lse2[kStages][kBlockM];  // log2 units (bwd_prep_kernel)
     alignas(16) float delta[kStages][kBlockM];
     uint64_t kv_full, full[kStages], empty[kStages];
+    uint64_t dq_full[kConsumers][2], dq_empty[kConsumers][2];  // up to D = 128: consumer w's dQ buffers
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   // D = 64 takes 196 KB (two stages of 128-row Q and dO, 128 x 128 dS, two dQ buffers a consumer), D = 96 and
@@ -322,6 +324,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   constexpr DqSplit kDqSplit = Traits::kDqSplit;
   constexpr bool kWide = Traits::kWide, kKvByDims = Traits::kKvByDims;
   constexpr bool kScoresT = Traits::kScoresT;
+  constexpr bool kDqWriter = kAccumulateDq && !kWide;  // the dQ adds by a writer thread (below), not the consumers
   constexpr bool kSharedDs = kKvByDims || (kAccumulateDq && kDqSplit != DqSplit::kByKeys);
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
@@ -359,7 +362,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       FullBarrier::init(&smem.full[s], 1);
       EmptyBarrier::init(&smem.empty[s], Traits::kConsumers * 128);
     }
+    // Up to D = 128 with dQ, consumer w's dQ buffer d is full once its 128 threads have stored and fenced their
+    // parts, and empty again once the dQ writer's TMA add has read it; empty's phase 0 completes here, so that
+    // step i waits for completion i / 2 of its buffer's, without a branch for the first two steps.
+    for (int w = 0; w < Traits::kConsumers; ++w)
+      for (int d = 0; d < 2; ++d) {
+        EmptyBarrier::init(&smem.dq_full[w][d], 128);
+        EmptyBarrier::init(&smem.dq_empty[w][d], 1);
+      }
     cutlass::arch::fence_barrier_init();
+    for (int w = 0; w < Traits::kConsumers; ++w)
+      for (int d = 0; d < 2; ++d) EmptyBarrier::arrive(&smem.dq_empty[w][d]);
   }
   __syncthreads();
 
@@ -370,7 +383,42 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
 
   if (warpgroup == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<24>();
-    if (threadIdx.x != 0 || steps == 0) return;
+    if (steps == 0) return;
+    if (kDqWriter && threadIdx.x == 32) {
+      // The dQ writer, one thread of the producer's second warp: each step, each consumer's dQ box, once its
+      // buffer is full, added to the accumulator by TMA (rows past the sequence end and columns past the head dim
+      // are clipped by the descriptor; split by keys, both consumers' boxes are the same one; a box wholly past
+      // the sequence end, split by rows the last step's second half, is not issued); the buffers are empty again
+      // once the adds have read them. So the consumers neither wait for each other after their dQ stores nor
+      // issue or wait for the adds (FlashAttention-3 has such a warp too).
+      const auto dq_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
+      int h = hk * f.group, row0 = row_first;
+      for (int i = 0; i < steps; ++i) {
+        const int buf = i % 2;
+        CUTE_UNROLL
+        for (int c = 0; c < Traits::kConsumers; ++c) {
+          EmptyBarrier::wait(&smem.dq_full[c][buf], (i / 2) % 2);
+          const int box_row0 = row0 + (kDqSplit == DqSplit::kByRows ? 64 * c : 0);
+          if (box_row0 < f.seqlen_q) {
+            auto sdQ = make_tensor(make_smem_ptr(smem.dq[c]), typename Traits::SmemLayoutDqBuffers{})(_, _, buf);
+            auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(dq_shape)(_, _, h, b), Shape<_64, DqCols>{},
+                                  make_coord(box_row0 / 64, kDqSplit == DqSplit::kByColumns ? c : 0));
+            auto [tdQg, tdQs] =
+                tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdQ), group_modes<0, 2>(gdQ));
+            copy(prm.tma_dq, tdQs, tdQg);
+          }
+        }
+        tma_store_arrive();
+        tma_store_wait<0>();  // the adds have read both buffers
+        CUTE_UNROLL
+        for (int c = 0; c < Traits::kConsumers; ++c) EmptyBarrier::arrive(&smem.dq_empty[c][buf]);
+        row0 += kBlockM;
+        if (row0 >= row_end) row0 = row_first, ++h;
+      }
+      asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // the adds are done
+      return;
+    }
+    if (threadIdx.x != 0) return;
     const auto q_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
     const auto kv_shape = make_shape(f.seqlen_k, f.head_dim, p.heads_kv, f.batch);
     auto gK = local_tile(prm.tma_k.get_tma_tensor(kv_shape)(_, _, hk, b), Shape<N, D>{}, make_coord(n_block, 0));
@@ -445,7 +493,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     else return local_tile(sKt, Shape<DqCols, N>{}, make_coord(w, 0));
   }();
   // The box of dQ this consumer adds, in 64-row and DqCols-column units of the head's dQ.
-  const int dq_row_box = kDqSplit == DqSplit::kByRows ? w : 0, dq_col_box = kDqSplit == DqSplit::kByColumns ? w : 0;
+  const int dq_col_box = kDqSplit == DqSplit::kByColumns ? w : 0;
   auto sdQ = make_tensor(make_smem_ptr(smem.dq[w]), typename Traits::SmemLayoutDqBuffers{});  // (64, DqCols, buffer)
 
   // dK and dV live through the loop; S, dP and dQ are declared in it, so that the registers of one step's S and dP
@@ -474,7 +522,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto tPsP = thr_stsm.partition_D(sP_w);
   auto tPsdS = thr_stsm.partition_D(sdS_w);
   auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, DqCols>{}));
-  const auto dq_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
   const int key_w0 = key0 + w * (kBlockN / 2);  // this consumer's first key
   // Transposed: when dV, issued as soon as P is made, is waited for. Under dS at D = 96 and 128; at D = 64 (twice
   // the queries a step, so S^T, dP^T, P^T and dS^T take twice the registers) before dS is computed; ptxas
@@ -487,6 +534,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   for (int i = 0; i < steps; ++i) {
     const int s = i % kStages;
     FullBarrier::wait(&smem.full[s], (i / kStages) % 2);
+    // This step's dQ buffer has been read by the add of step i - 2 (waited for here, where few registers are
+    // live: D = 64 with dQ spills 16 bytes so, more with the wait at the hand-off).
+    if (kDqWriter) EmptyBarrier::wait(&smem.dq_empty[w][i % 2], (i / 2) % 2);
     auto sQt = dims_kv(make_tensor(sQ(_, _, s).data(), typename Traits::SmemLayoutQt{}));
     auto sdOt = dims_kv(make_tensor(sdO(_, _, s).data(), typename Traits::SmemLayoutQt{}));
     auto tSrS = partition_fragment_C(mma_sdp, ScoresShape{});  // (MMA, kBlockM / 64, 1), transposed (MMA, 1, 1)
@@ -562,10 +612,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       warpgroup_wait<0>();
       warpgroup_fence_operand(tVrdV);
       if constexpr (kAccumulateDq) {
-        // dS^T is rewritten once every warp of both consumers is past the previous step's dQ, which read it (a
-        // warp's wgmma wait covers its own share only): the step barrier. Split by keys, each consumer's dQ reads
-        // only its own dS^T, and the previous step's hand-off barrier, after every warp's dQ wait, says so.
-        if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
+        // dS^T is rewritten once every warp of both consumers (kSharedDs: the step barrier) or of this one is
+        // past the previous step's dQ, which read it (a warp's wgmma wait covers its own share only).
+        if (i > 0) named_sync(kSharedDs ? kStepBarrier + w : 1 + w, kSharedDs ? 2 * 128 : 128);
         copy(stsm, thr_stsm.retile_S(rdS), tPsdS);
       }
     };
@@ -624,9 +673,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     else
       step_grads(std::true_type{});
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> async-proxy reads (wgmma)
-    // Step i writes dQ buffer i % 2, last read by the add of step i - 2: every add but the latest has read its
-    // buffer after this wait, and the barrier below passes that on to the consumer's threads.
-    if (kAccumulateDq && !kWide && tid == 0) tma_store_wait<1>();
     // The shared tiles the products read are in place. Transposed, only dQ reads dS^T: both consumers' where
     // their dQ needs both (kSharedDs), else this consumer's. Untransposed, dV and dK read this consumer's P and
     // dS (by head-dim rows, both consumers'), and dQ the other's dS too (below).
@@ -696,30 +742,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
           reduce(std::false_type{});
       }
     }
-    if constexpr (kAccumulateDq && !kWide) {
-      // dQ into this step's buffer, then added by TMA (rows past the sequence end and columns past the head dim
-      // are clipped by the descriptor; split by keys, both consumers add into the same box). A box wholly past
-      // the sequence's end (split by rows, the last step's second half) is not issued, but its group is still
-      // committed, so that the wait above keeps counting one group per step.
+    if constexpr (kDqWriter) {
+      // dQ's registers into this step's buffer (free: see the top of the step), two floats per st.shared (a
+      // plain store through the swizzled layout compiled to a generic one), for the dQ writer (above).
       auto sdQ_step = sdQ(_, _, i % 2);
       CUTE_UNROLL
-      for (int e = 0; e < size(tQrdQ); e += 2) {  // st.shared: a plain store through the layout goes generic
+      for (int e = 0; e < size(tQrdQ); e += 2) {
         const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(&sdQ_step(get<0>(tQcQ(e)), get<1>(tQcQ(e)))));
         asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(tQrdQ(e)), "f"(tQrdQ(e + 1)));
       }
       cutlass::arch::fence_view_async_shared();  // the TMA reads through the async proxy
-      named_sync(1 + w, 128);
-      if (tid == 0) {
-        const int box_row0 = row0 + 64 * dq_row_box;
-        if (box_row0 < f.seqlen_q) {
-          auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(dq_shape)(_, _, h, b), Shape<_64, DqCols>{},
-                                make_coord(box_row0 / 64, dq_col_box));
-          auto [tdQg, tdQs] = tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdQ_step),
-                                            group_modes<0, 2>(gdQ));
-          copy(prm.tma_dq, tdQs, tdQg);
-        }
-        tma_store_arrive();
-      }
+      EmptyBarrier::arrive(&smem.dq_full[w][i % 2]);
     }
     if constexpr (kDqFirst) kv_done();
     if (kArriveAfterKv) arrive_step();
@@ -728,7 +761,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   }
   // With the step barriers (kSharedDs), each consumer waits at its own in steps 1 .. steps - 1 and the other
   // arrives there after steps 0 .. steps - 2, so none is left open here.
-  if (kAccumulateDq && !kWide && tid == 0) asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // adds done
 
   // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys: two columns per store,
   // or wide, where an accumulator's neighbours are two keys of one column, one element per store (by head-dim
