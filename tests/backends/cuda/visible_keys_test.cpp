@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <string>
 
 #include "backends/cuda/visible_keys.hpp"
 #include "common/problem.hpp"
@@ -22,32 +23,46 @@ cuda::FwdKernelParams kernel_masks(const KeyRange& keys) {
   return p;
 }
 
-TEST(VisibleKeys, MatchesTheMaskForEveryRowAndKey) {
-  int64_t checked = 0, visible = 0;
+// Calls fn(keys, p) for each mask of the shapes: query and key lengths, window (-1: unbounded on that side).
+template <typename Fn>
+void for_each_mask(Fn&& fn) {
   for (int64_t sq : {1, 3, 8, 17, 64})
     for (int64_t sk : {1, 5, 16, 33, 64})
       for (int64_t left : {-1, 0, 2, 7})
         for (int64_t right : {-1, 0, 3}) {
           const KeyRange keys{sq, sk, sk - sq, left, right};
-          const cuda::FwdKernelParams p = kernel_masks(keys);
-          for (int row = 0; row < sq + 20; ++row)
-            for (int first_key = 0; first_key < sk + 8; ++first_key) {
-              const cuda::VisibleKeys v(p, row, first_key);
-              for (int c = 0; c < 64; ++c) {
-                const int key = first_key + c;
-                const bool absolute = key < p.seqlen_k && key >= row + p.key_offset - p.window_left &&
-                                      key <= row + p.key_offset + p.window_right;
-                ASSERT_EQ(v.sees(c), absolute) << "Sq " << sq << " Sk " << sk << " window (" << left << ", "
-                                               << right << ") row " << row << " key " << key;
-                if (row < sq) {
-                  ASSERT_EQ(absolute, key < sk && keys.visible(row, key))
-                      << "Sq " << sq << " Sk " << sk << " window (" << left << ", " << right << ") row " << row
-                      << " key " << key;
-                  ++checked, visible += absolute;
-                }
-              }
-            }
+          fn(keys, kernel_masks(keys));
         }
+}
+
+// The per-element test on absolute coordinates, from the kernel parameters.
+bool sees_absolute(const cuda::FwdKernelParams& p, int row, int key) {
+  return key < p.seqlen_k && key >= row + p.key_offset - p.window_left && key <= row + p.key_offset + p.window_right;
+}
+
+std::string where(const KeyRange& keys, int row, int key) {
+  return "Sq " + std::to_string(keys.seqlen_q) + " Sk " + std::to_string(keys.seqlen_k) + " window (" +
+         std::to_string(keys.left) + ", " + std::to_string(keys.right) + ") row " +
+         std::to_string(row) + " key " + std::to_string(key);
+}
+
+TEST(VisibleKeys, MatchesTheMaskForEveryRowAndKey) {
+  int64_t checked = 0, visible = 0;
+  for_each_mask([&](const KeyRange& keys, const cuda::FwdKernelParams& p) {
+    for (int row = 0; row < keys.seqlen_q + 20; ++row)
+      for (int first_key = 0; first_key < keys.seqlen_k + 8; ++first_key) {
+        const cuda::VisibleKeys v(p, row, first_key);
+        for (int c = 0; c < 64; ++c) {
+          const int key = first_key + c;
+          const bool absolute = sees_absolute(p, row, key);
+          ASSERT_EQ(v.sees(c), absolute) << where(keys, row, key);
+          if (row < keys.seqlen_q) {
+            ASSERT_EQ(absolute, key < keys.seqlen_k && keys.visible(row, key)) << where(keys, row, key);
+            ++checked, visible += absolute;
+          }
+        }
+      }
+  });
   // The shapes must exercise both answers, or the test could not fail.
   EXPECT_GT(visible, 0);
   EXPECT_LT(visible, checked);
@@ -58,28 +73,19 @@ TEST(VisibleKeys, MatchesTheMaskForEveryRowAndKey) {
 // query.
 TEST(QueriesSeeingKey, MatchesTheMaskForEveryKeyAndQuery) {
   int64_t checked = 0, seen = 0;
-  for (int64_t sq : {1, 3, 8, 17, 64})
-    for (int64_t sk : {1, 5, 16, 33, 64})
-      for (int64_t left : {-1, 0, 2, 7})
-        for (int64_t right : {-1, 0, 3}) {
-          const KeyRange keys{sq, sk, sk - sq, left, right};
-          const cuda::FwdKernelParams p = kernel_masks(keys);
-          for (int key = 0; key < sk + 20; ++key)
-            for (int first_query = 0; first_query < sq + 8; ++first_query) {
-              const cuda::QueriesSeeingKey q(p, key, first_query);
-              for (int c = 0; c < 64; ++c) {
-                const int row = first_query + c;
-                const bool absolute = key < p.seqlen_k && key >= row + p.key_offset - p.window_left &&
-                                      key <= row + p.key_offset + p.window_right;
-                ASSERT_EQ(q.sees(c), absolute) << "Sq " << sq << " Sk " << sk << " window (" << left << ", "
-                                               << right << ") row " << row << " key " << key;
-                ASSERT_EQ(absolute, cuda::VisibleKeys(p, row, key).sees(0))
-                    << "Sq " << sq << " Sk " << sk << " window (" << left << ", " << right << ") row " << row
-                    << " key " << key;
-                ++checked, seen += absolute;
-              }
-            }
+  for_each_mask([&](const KeyRange& keys, const cuda::FwdKernelParams& p) {
+    for (int key = 0; key < keys.seqlen_k + 20; ++key)
+      for (int first_query = 0; first_query < keys.seqlen_q + 8; ++first_query) {
+        const cuda::QueriesSeeingKey q(p, key, first_query);
+        for (int c = 0; c < 64; ++c) {
+          const int row = first_query + c;
+          const bool absolute = sees_absolute(p, row, key);
+          ASSERT_EQ(q.sees(c), absolute) << where(keys, row, key);
+          ASSERT_EQ(absolute, cuda::VisibleKeys(p, row, key).sees(0)) << where(keys, row, key);
+          ++checked, seen += absolute;
         }
+      }
+  });
   EXPECT_GT(seen, 0);
   EXPECT_LT(seen, checked);
 }
