@@ -23,7 +23,8 @@
 #     each kernel's SASS and its stall samples (PROFILE_SHAPES as profilebwd);
 #   profilebwd: the same for the backward (flashtile's sm80 dK/dV kernel in the default mode, FA2's main kernel);
 #     PROFILE_SHAPES="D:S:mask ..." picks grid A shapes;
-#   bwdparts: each kernel's time in one sm80 backward beside FA2's kernels (ncu; PROFILE_SHAPES as profilebwd);
+#   bwdparts: each kernel's time in one backward (BWDPARTS_BACKEND: cuda-sm80, the default, or cuda-sm90) beside
+#     FA2's and cuDNN's kernels (ncu, clocks and caches as in a plain run; PROFILE_SHAPES as profilebwd);
 #   profilebwd90: Nsight Compute on the sm90 backward's main kernel (with its SASS source counters) and on cuDNN's
 #     backward kernels, B=8 S=2048 full, D=128 H=16 (PROFILE90_D=256: D=256 H=8);
 #   ab: this tree's library, then each candidate library of .device/cand-*/ (scripts/candidate_lib.sh <ref> <name>),
@@ -156,13 +157,14 @@ grid_a_shape() {
   causal_flag=--no-causal causal_py=False
   if [ "$pm" = causal ]; then causal_flag=--causal causal_py=True; fi
 }
-# PyTorch's flash backend (FA2), forward and backward <iterations> times on the grid_a_shape problem.
-fa2_backward_py() {
+# PyTorch's flash backend (FA2), or another SDPA backend (CUDNN_ATTENTION), forward and backward <iterations> times
+# on the grid_a_shape problem.
+sdpa_backward_py() {  # <iterations> [SDPBackend member, default FLASH_ATTENTION]
   echo "
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 q = torch.randn($pb, $ph, $ps, $pd, device='cuda', dtype=torch.bfloat16, requires_grad=True)
-with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+with sdpa_kernel(SDPBackend.${2:-FLASH_ATTENTION}):
     for _ in range($1): torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=$causal_py).sum().backward()
 torch.cuda.synchronize()"
 }
@@ -230,7 +232,7 @@ if want profilebwd; then  # the sm80 dK/dV kernel (default mode) and FA2's main 
       $bin run -b $pb --heads $ph -s $ps --head-dim $pd $causal_flag -r 2 --verify-rows 2 --backward \
       > /dev/null 2>&1 || status=1
     if [ "${PROFILE_FA2:-1}" = 1 ]; then
-      timeout 200 ncu "${ncu_args[@]}" -k regex:flash_bwd_dq_dk_dv -o "$out/fa2-$tag" python3 -c "$(fa2_backward_py 3)" \
+      timeout 200 ncu "${ncu_args[@]}" -k regex:flash_bwd_dq_dk_dv -o "$out/fa2-$tag" python3 -c "$(sdpa_backward_py 3)" \
         > /dev/null 2>&1 || status=1
     fi
     ncu_to_text bwd "$tag"
@@ -238,19 +240,25 @@ if want profilebwd; then  # the sm80 dK/dV kernel (default mode) and FA2's main 
   (cd "$out" && tar cf ncu-bwd.tar ncu-bwd-*-d*-s* && rm -f ncu-bwd-*-d*-s*)
 fi
 
-if want bwdparts; then  # each kernel's time in one backward: flashtile sm80 and FA2 (PROFILE_SHAPES as profilebwd)
+if want bwdparts; then  # each kernel's time in one backward: flashtile, FA2 and cuDNN (PROFILE_SHAPES as profilebwd)
+  # BWDPARTS_BACKEND=cuda-sm90 times the Hopper backward (its prep kernel, main kernel and dQ conversion); ncu
+  # leaves the clocks and caches as they are (a plain run's), so the parts add up to about the call's time.
   kernel_times() {  # ncu's CSV of gpu__time_duration -> one line a kernel launch: its name, its time
     grep gpu__time_duration |
       awk -F'","' '{split($5, k, /[<(]/); v = $NF; gsub(/[",]/, "", v); printf "  %-60s %12s ns\n", substr(k[1], 1, 60), v}'
   }
-  ncu_args=(--metrics gpu__time_duration.sum --csv --print-units base)
+  ncu_args=(--metrics gpu__time_duration.sum --csv --print-units base --clock-control none --cache-control none)
+  parts_backend=${BWDPARTS_BACKEND:-cuda-sm80}
   for shape in ${PROFILE_SHAPES:-128:4096:full}; do
     grid_a_shape "$shape"
-    echo "== kernel times (ncu gpu__time_duration), B=$pb H=$ph S=$ps D=$pd $pm: flashtile sm80 (warm-up, one call)"
-    FLASHTILE_CUDA_BACKWARD_KERNELS=sm80 timeout 200 ncu "${ncu_args[@]}" $bin run -b $pb --heads $ph -s $ps \
-      --head-dim $pd $causal_flag -r 1 --verify-rows 2 --backward 2>/dev/null | kernel_times
-    echo "   FA2 (forward and backward, twice)"
-    timeout 200 ncu "${ncu_args[@]}" python3 -c "$(fa2_backward_py 2)" 2>/dev/null | kernel_times
+    echo "== kernel times (ncu gpu__time_duration), B=$pb H=$ph S=$ps D=$pd $pm: flashtile $parts_backend (one call)"
+    FLASHTILE_CUDA_BACKWARD_KERNELS=${parts_backend#cuda-} timeout 200 ncu "${ncu_args[@]}" $bin run -b $pb \
+      --heads $ph -s $ps --head-dim $pd $causal_flag --backend $parts_backend -r 1 --verify-rows 2 --backward \
+      2>/dev/null | kernel_times
+    for peer in FLASH_ATTENTION CUDNN_ATTENTION; do
+      echo "   $peer (forward and backward, twice)"
+      timeout 200 ncu "${ncu_args[@]}" python3 -c "$(sdpa_backward_py 2 $peer)" 2>/dev/null | kernel_times
+    done
   done
 fi
 
