@@ -11,7 +11,8 @@
 # .device/cand-<name>/libflashtile.so.0.1.0.xz, which travels with .device. On the GPU machine,
 # `scripts/gpu_round.sh ab` runs this tree's flashtile tool (and, with AB_TESTS=1, its GPU tests) against this
 # tree's library and then against each candidate's, through LD_LIBRARY_PATH. That needs the candidate to export
-# every library symbol those binaries use, which is checked here.
+# every library symbol those binaries use, which is checked here. The candidate's own GPU tests are built too and
+# travel beside its library (TEST_CAND=<name> runs them: a patch may add tests or change what one expects).
 # CANDIDATE_TREE=<tree> builds in .candidates/<tree> instead, shared by candidates that differ from each other in
 # a few files: checking out the next ref there rebuilds only the translation units those files reach.
 # Run scripts/device_prepare.sh first: this tree's build is the baseline. Remove a candidate with
@@ -85,5 +86,17 @@ done
 [ "$missing" = 0 ] || exit 1
 mkdir -p ".device/cand-$name"
 xz -T"$(nproc)" -6 -c "$lib" > ".device/cand-$name/libflashtile.so.0.1.0.xz"
+# The candidate's own GPU tests too (a patch may add tests, or change what one expects): gpu_round.sh's tests and
+# sanitize stages run these with TEST_CAND=<name>, against the candidate's library.
+rm -f ".device/cand-$name"/cuda_*_test.xz
+for test in cuda_forward_test cuda_backward_test; do
+  [ -f "build-device/$test" ] || continue  # the baseline has the GPU tests: so must the candidate
+  if ! cmake --build "$wt/build-device" -j "$(nproc)" --target "$test" >> "$wt/build-device/build.log" 2>&1; then
+    grep -E -B2 -A6 "error" "$wt/build-device/build.log" | head -40 >&2
+    echo "candidate_lib: $name's $test does not build (whole log: $wt/build-device/build.log)" >&2
+    exit 1
+  fi
+  xz -T"$(nproc)" -6 -c "$wt/build-device/$test" > ".device/cand-$name/$test.xz"
+done
 echo "$what" > ".device/cand-$name/commit.txt"
 du -sh ".device/cand-$name"

@@ -61,13 +61,25 @@ fi
 export LD_LIBRARY_PATH=$PWD/build-device:$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 # TEST_CAND=<name>: the stages that load the library through LD_LIBRARY_PATH (tests, sanitize, run, check, the
 # benches) use candidate <name>'s (.device/cand-<name>/, scripts/candidate_lib.sh; a full build, not narrowed)
-# instead of this tree's: a branch's kernels tested before it is merged. ab and peers name their libraries
+# instead of this tree's: a branch's kernels tested before it is merged; the tests and sanitize stages also run
+# the candidate's own GPU tests where it has them (built from its tree). ab and peers name their libraries
 # themselves.
 if [ -n "${TEST_CAND:-}" ]; then
   test_lib=$(cand_dir "$TEST_CAND") || exit 1
   export LD_LIBRARY_PATH=$test_lib:$LD_LIBRARY_PATH
   echo "gpu_round: the library of candidate $TEST_CAND: $(cut -c1-80 ".device/cand-$TEST_CAND/commit.txt")"
 fi
+test_binary() {  # <forward | backward>: the GPU test binary the tests and sanitize stages run
+  local packed=.device/cand-${TEST_CAND:-}/cuda_$1_test.xz
+  if [ -n "${TEST_CAND:-}" ] && [ -f "$packed" ]; then
+    local binary=$test_lib/cuda_$1_test
+    [ -x "$binary" ] || { python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), \
+      open(sys.argv[2], 'wb'))" "$packed" "$binary" && chmod +x "$binary"; }  # as unpack_lib (no xz there)
+    echo "$binary"
+  else
+    echo "build-device/cuda_$1_test"
+  fi
+}
 bin=build-device/tools/flashtile
 stages=${*:-tests sanitize python run check ablation benchC benchA peersA}
 status=0
@@ -107,7 +119,7 @@ if want tests; then  # the forward families in separate processes: a crash in on
   for run in ${TEST_RUNS:-forward-sm80 forward-sm90 backward}; do  # <binary>[-<family>]
     family=${run#*-}
     [ "$family" = "$run" ] && family=""
-    timeout 240 "build-device/cuda_${run%%-*}_test" --gtest_brief=1 --gtest_filter="*${family}" 2>&1 |
+    timeout 240 "$(test_binary "${run%%-*}")" --gtest_brief=1 --gtest_filter="*${family}" 2>&1 |
       tee "$out/gpu-tests-$run.txt" | tail -15 || status=1
   done
 fi
@@ -132,7 +144,7 @@ if want sanitize; then  # a small subset of each GPU suite under every compute-s
       suite=${spec%%:*}
       [[ " ${SANITIZE_SUITES:-forward backward} " == *" $suite "* ]] || continue
       echo "== compute-sanitizer --tool $tool ($suite)"
-      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 "build-device/cuda_${suite%%-*}_test" \
+      timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$(test_binary "${suite%%-*}")" \
         --gtest_brief=1 --gtest_filter="${spec#*:}" > "$out/sanitizer-$tool-$suite.txt" 2>&1
       rc=$?; tail -2 "$out/sanitizer-$tool-$suite.txt"; echo "exit $rc"; [ $rc -eq 0 ] || status=1
     done
