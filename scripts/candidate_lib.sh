@@ -63,7 +63,7 @@ source scripts/device_options.sh
 cmake -S "$wt" -B "$wt/build-device" -DCMAKE_BUILD_TYPE=Release "${device_cmake_args[@]}" \
   -UFLASHTILE_CUDA_HEAD_DIMS -UFLASHTILE_CUDA_DTYPES "$@" >/dev/null
 if ! cmake --build "$wt/build-device" -j "$(nproc)" --target flashtile > "$wt/build-device/build.log" 2>&1; then
-  grep -E -B2 -A6 "error" "$wt/build-device/build.log" | head -40 >&2
+  grep -E -B2 -A6 "error" "$wt/build-device/build.log" | head -40 >&2 || true
   echo "candidate_lib: the build of $name failed (whole log: $wt/build-device/build.log)" >&2
   exit 1
 fi
@@ -86,17 +86,19 @@ done
 [ "$missing" = 0 ] || exit 1
 mkdir -p ".device/cand-$name"
 xz -T"$(nproc)" -6 -c "$lib" > ".device/cand-$name/libflashtile.so.0.1.0.xz"
-# The candidate's own GPU tests too (a patch may add tests, or change what one expects): gpu_round.sh's tests and
-# sanitize stages run these with TEST_CAND=<name>, against the candidate's library.
+# The candidate's own GPU tests too (a patch may add tests, or change what one expects), built as
+# device_prepare.sh builds this tree's: gpu_round.sh's tests and sanitize stages run these with TEST_CAND=<name>,
+# against the candidate's library.
 rm -f ".device/cand-$name"/cuda_*_test.xz
-for test in cuda_forward_test cuda_backward_test; do
-  [ -f "build-device/$test" ] || continue  # the baseline has the GPU tests: so must the candidate
-  if ! cmake --build "$wt/build-device" -j "$(nproc)" --target "$test" >> "$wt/build-device/build.log" 2>&1; then
-    grep -E -B2 -A6 "error" "$wt/build-device/build.log" | head -40 >&2
-    echo "candidate_lib: $name's $test does not build (whole log: $wt/build-device/build.log)" >&2
-    exit 1
-  fi
-  xz -T"$(nproc)" -6 -c "$wt/build-device/$test" > ".device/cand-$name/$test.xz"
+if ! cmake --build "$wt/build-device" -j "$(nproc)" --target flashtile_verify >> "$wt/build-device/build.log" 2>&1; then
+  echo "candidate_lib: $name's verify library does not build (log: $wt/build-device/build.log)" >&2
+  exit 1
+fi
+for t in forward backward; do
+  g++ -std=c++20 -O2 -fopenmp "$wt/tests/backends/cuda/${t}_test.cpp" -I"$wt/src" -I"$wt/include" -I"$wt/tests" \
+    "$wt/build-device/libflashtile_verify.a" -L"$wt/build-device" -lflashtile -L/usr/local/cuda/lib64 \
+    -lcudart_static -ldl -lrt -lgtest -lgtest_main -lpthread -o "$wt/build-device/cuda_${t}_test"
+  xz -T"$(nproc)" -6 -c "$wt/build-device/cuda_${t}_test" > ".device/cand-$name/cuda_${t}_test.xz"
 done
 echo "$what" > ".device/cand-$name/commit.txt"
 du -sh ".device/cand-$name"
