@@ -94,10 +94,8 @@ if ! cmake --build "$wt/build-device" -j "$(nproc)" --target flashtile_verify >>
   echo "candidate_lib: $name's verify library does not build (log: $wt/build-device/build.log)" >&2
   exit 1
 fi
+build_gpu_tests "$wt" "$wt/build-device"
 for t in forward backward; do
-  g++ -std=c++20 -O2 -fopenmp "$wt/tests/backends/cuda/${t}_test.cpp" -I"$wt/src" -I"$wt/include" -I"$wt/tests" \
-    "$wt/build-device/libflashtile_verify.a" -L"$wt/build-device" -lflashtile -L/usr/local/cuda/lib64 \
-    -lcudart_static -ldl -lrt -lgtest -lgtest_main -lpthread -o "$wt/build-device/cuda_${t}_test"
   xz -T"$(nproc)" -6 -c "$wt/build-device/cuda_${t}_test" > ".device/cand-$name/cuda_${t}_test.xz"
 done
 echo "$what" > ".device/cand-$name/commit.txt"

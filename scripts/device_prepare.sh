@@ -23,13 +23,7 @@ source scripts/device_options.sh
 mkdir -p build-device
 scripts/setup.sh build-device "${device_cmake_args[@]}" "$@" 2>&1 | tee build-device/prepare.log
 scripts/check_wgmma_serialized.sh build-device/prepare.log device_prepare  # stop before timing such a build
-# The GPU test binaries (tests/backends/cuda), linked against the library above.
-for t in forward backward; do
-  g++ -std=c++20 -O2 -fopenmp "tests/backends/cuda/${t}_test.cpp" -Isrc -Iinclude -Itests \
-    build-device/libflashtile_verify.a -Lbuild-device -lflashtile -L/usr/local/cuda/lib64 -lcudart_static -ldl -lrt \
-    -lgtest -lgtest_main -lpthread \
-    -o "build-device/cuda_${t}_test"
-done
+build_gpu_tests . build-device  # the GPU test binaries, linked against the library above (device_options.sh)
 for harness in sm80_fwd_tiles sm80_bwd_tiles mma_sync_peak; do
   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude "bench/kernels/$harness.cu" \
     -o "build-device/$harness"

@@ -45,11 +45,14 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-out}
 mkdir -p "$out"
+# An xz-packed file unpacked by Python (the GPU machine has no xz).
+unxz_to() {  # <file.xz> <destination>
+  python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" "$1" "$2"
+}
 # An xz-packed library (device_prepare.sh, candidate_lib.sh) unpacked into a directory, with its soname link.
 unpack_lib() {  # <file.xz> <directory>
   mkdir -p "$2"
-  python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-    "$1" "$2/libflashtile.so.0.1.0" && ln -sf libflashtile.so.0.1.0 "$2/libflashtile.so.0"
+  unxz_to "$1" "$2/libflashtile.so.0.1.0" && ln -sf libflashtile.so.0.1.0 "$2/libflashtile.so.0"
 }
 # A candidate's library (scripts/candidate_lib.sh: .device/cand-<name>/) unpacked into /tmp/flashtile-cand-<name>.
 cand_dir() {  # <name>: the directory
@@ -73,8 +76,7 @@ test_binary() {  # <forward | backward>: the GPU test binary the tests and sanit
   local packed=.device/cand-${TEST_CAND:-}/cuda_$1_test.xz
   if [ -n "${TEST_CAND:-}" ] && [ -f "$packed" ]; then
     local binary=$test_lib/cuda_$1_test
-    [ -x "$binary" ] || { python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), \
-      open(sys.argv[2], 'wb'))" "$packed" "$binary" && chmod +x "$binary"; }  # as unpack_lib (no xz there)
+    [ -x "$binary" ] || { unxz_to "$packed" "$binary" && chmod +x "$binary"; }
     echo "$binary"
   else
     echo "build-device/cuda_$1_test"
