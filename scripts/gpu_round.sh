@@ -294,7 +294,8 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
   profile_bwd90 "ncu-bwd-sm90$sfx90"
   ncu --import "$out/ncu-bwd-sm90$sfx90.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 \
     > "$out/ncu-bwd-sm90$sfx90-sass.csv.xz"
-  for name in ${PROFILE_CANDS//,/ }; do
+  candidates90=${PROFILE_CANDS:-}  # may be unset (set -u)
+  for name in ${candidates90//,/ }; do
     profile_bwd90 "ncu-bwd-sm90$sfx90-$name" "$(cand_dir "$name")"
   done
   rm -f "$out"/ncu-bwd-sm90*.ncu-rep
