@@ -105,8 +105,9 @@ Status select_backward_backend(const BackwardParams& params, Backend* chosen);
 
 // Bytes of caller-provided workspace a backward call needs (0 for the CPU backends). On CUDA: 8 bytes per query
 // row, the rows of each (batch, head) rounded up to a multiple of 128 (D = rowsum(dO * O) and the LSE, as the sm90
-// kernels lay them out; the same size for either kernel family), plus, unless deterministic, the fp32 dQ
-// accumulator (4 * head_dim bytes per row).
+// kernels lay them out; the same size for either kernel family), 1 KB (the sm90 kernel's tile counter), plus,
+// unless deterministic, the fp32 dQ accumulator (4 * head_dim bytes per row, the rows of each (batch, head) rounded
+// up to a multiple of 16).
 Status backward_workspace_size(const BackwardParams& params, size_t* bytes);
 
 const char* backend_name(Backend backend);

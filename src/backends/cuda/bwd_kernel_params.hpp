@@ -25,6 +25,8 @@ struct BwdKernelParams {
   float* dq_accum;  // workspace, default mode: dQ in fp32, (batch, heads_q, rows, head_dim), rows = seqlen_q, or
                     // padded to a multiple of 16 in the sm80 fragment order (sm80/dq_accum.hpp); nullptr in
                     // deterministic mode
+  int* tile_counter;  // workspace, sm90 only: the persistent grid's count of tiles handed out beyond its first
+                     // round (zeroed by the prep kernel; sm90/bwd_kernel.cuh)
   int smem_limit;   // bytes of shared memory a block may use on this device (the launcher picks a row that fits)
   int n_blocks;     // key blocks per (batch, K/V head), set by the launcher from the row it picks
   bool prefetch;    // two step buffers: a step's tiles load while the previous step's products run (set by the

@@ -404,10 +404,11 @@ BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& pro
 
 // The workspace: the per-row statistics, then, unless deterministic, the fp32 dQ accumulator. The statistics are
 // D = rowsum(dO * O), one float per query row, for the sm80 kernels; D and the LSE in log2 units, each padded to
-// a multiple of 128 rows a head, for the sm90 ones (sm90::bwd_stats_floats, a multiple of 256 floats). The
-// workspace has room for the larger whichever family runs, so a size asked for one backend fits another (the
-// accumulator's rows for the sm80 fragment order too: dq_accum_fragment_rows); and the accumulator stays 16-byte
-// aligned (given an aligned workspace): the kernels add into it 8 and 16 bytes at a time.
+// a multiple of 128 rows a head, and a 1 KB slot for a tile counter behind them, for the sm90 ones
+// (sm90::bwd_stats_floats, a multiple of 256 floats). The workspace has room for the larger whichever family runs,
+// so a size asked for one backend fits another (the accumulator's rows for the sm80 fragment order too:
+// dq_accum_fragment_rows); and the accumulator stays 16-byte aligned (given an aligned workspace): the kernels add
+// into it 8 and 16 bytes at a time.
 namespace {
 constexpr int64_t kWorkspaceAlignment = 16;
 int64_t stats_floats(const Problem& p) { return sm90::bwd_stats_floats(p.batch, p.heads_q, p.seqlen_q); }

@@ -139,8 +139,9 @@ TEST_F(CudaBackward, BitwiseDeterministicOver50Runs) {
 // backward_workspace_size() is what the call needs on this backend: a caller workspace of exactly that size works
 // in both modes, one float less or an address off 16 bytes is refused before anything runs, and the results equal
 // a call that allocates its own (dQ up to the order of its adds, outside the deterministic mode). The size is D and
-// the LSE, 70 rows padded to 128 a head (room for the sm90 kernels' layout whichever family runs), and unless
-// deterministic the fp32 dQ accumulator, its 70 rows padded to 80 a head (the sm80 fragment order, dq_accum.hpp).
+// the LSE, 70 rows padded to 128 a head (room for the sm90 kernels' layout whichever family runs), the sm90 main
+// kernel's tile counter (a 1 KB slot), and unless deterministic the fp32 dQ accumulator, its 70 rows padded to 80
+// a head (the sm80 fragment order, dq_accum.hpp).
 void expect_caller_workspace_works(Backend backend, int64_t head_dim, uint64_t seed) {
   for (bool deterministic : {false, true}) {
     Problem p = make_problem(2, 70, 90, 4, 2, head_dim, DType::kBFloat16);
@@ -157,7 +158,7 @@ void expect_caller_workspace_works(Backend backend, int64_t head_dim, uint64_t s
 
     size_t bytes = 0;
     ASSERT_TRUE(backward_workspace_size(b, &bytes).ok());
-    const size_t rows = 2 * 4 * 80, stats = 2 * 2 * 4 * 128;
+    const size_t rows = 2 * 4 * 80, stats = 2 * 2 * 4 * 128 + 256;
     EXPECT_EQ(bytes, (stats + (deterministic ? 0 : rows * head_dim)) * sizeof(float))
         << "deterministic " << deterministic;
     ASSERT_TRUE(backward(b).ok());  // the library allocates
@@ -358,6 +359,39 @@ TEST_F(CudaBackwardSm90, RowsAndKeysNobodySeesAndEmptySequences) {
   }
   expect_pass(make_problem(2, 0, 33, 2, 2, 128, DType::kBFloat16), seed++, Backend::kCudaSm90);
   expect_pass(make_problem(2, 33, 0, 2, 2, 128, DType::kFloat16), seed++, Backend::kCudaSm90);
+}
+
+// The main kernel is persistent (a CTA per SM, taking tiles of kBlockN keys of one batch and K/V head from a
+// counter): with 384 tiles a call each of an H200's 132 CTAs takes about three, so the tile slots, K and V's
+// barriers, the ring of step buffers and the step barriers run on from one tile to the next, in every dQ split,
+// with tiles that no query sees among them (the window case: two of each head's three key blocks), GQA, a softcap
+// and the deterministic mode. The other tests' problems have fewer tiles than SMs.
+TEST_F(CudaBackwardSm90, SeveralTilesPerCta) {
+  struct ManyTiles {
+    int64_t batch, sq, sk, hq, hkv, d;
+    DType dtype;
+    bool causal, deterministic;
+    int64_t left, right;
+    float softcap;
+  };
+  const ManyTiles cases[] = {
+      {8, 100, 100, 48, 48, 128, DType::kBFloat16, false, true, -1, -1, 0},  // 1 key block x 8 x 48, deterministic
+      {4, 40, 300, 64, 32, 128, DType::kFloat16, false, false, 3, 0, 0},     // 3 x 4 x 32, 256 without steps
+      {8, 150, 150, 48, 24, 64, DType::kBFloat16, true, false, -1, -1, 0},   // 2 x 8 x 24, 128-row steps
+      {6, 130, 130, 32, 32, 96, DType::kFloat16, false, false, 50, -1, 0},   // 2 x 6 x 32, dQ split by keys
+      {4, 130, 130, 32, 32, 256, DType::kBFloat16, true, false, -1, -1, 0},  // 3 x 4 x 32 (64-key blocks)
+      {4, 130, 130, 32, 32, 192, DType::kFloat16, false, false, -1, -1, 20}, // 3 x 4 x 32, softcap
+  };
+  uint64_t seed = 19400;
+  for (const ManyTiles& m : cases) {
+    Problem p = make_problem(m.batch, m.sq, m.sk, m.hq, m.hkv, m.d, m.dtype);
+    p.options.causal = m.causal;
+    p.options.window_left = m.left;
+    p.options.window_right = m.right;
+    p.options.softcap = m.softcap;
+    p.deterministic = m.deterministic;
+    expect_pass(p, seed++, Backend::kCudaSm90);
+  }
 }
 
 // The deterministic mode (the dK/dV kernel without dQ, then the sm80 dQ kernel on the padded D) against the

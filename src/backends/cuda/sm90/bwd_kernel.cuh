@@ -3,12 +3,15 @@
 //   1. bwd_prep_kernel: per query row, D = rowsum(dO * O) and the LSE in log2 units, into workspace rows padded
 //      to a multiple of kBwdStatsRowAlign (128) per head, so the main kernel copies a step's rows of each with one
 //      bulk copy;
-//   2. bwd_kernel: one CTA per (block of kBlockN keys: 128, or 64 above D = 128, batch, K/V head), walking the
-//      group's query heads and the blocks of kBlockM query rows (128 at D = 64, 64 above) that see its keys (a
-//      step):
-//      - warpgroup 0 is the producer: it gives its registers away (setmaxnreg), and one thread loads K and V
-//        once, then each step's Q and dO (TMA) and LSE and D (bulk copies) into a two-deep ring of buffers
-//        (mbarriers: full when the bytes have landed, empty when both consumers are done with them);
+//   2. bwd_kernel: persistent, a CTA per SM (or per tile, if fewer) taking tiles (BwdTile: a block of kBlockN
+//      keys, 128 or 64 above D = 128, of one batch and K/V head) from a counter until none is left; a tile walks
+//      the group's query heads and the blocks of kBlockM query rows (128 at D = 64, 64 above) that see its keys
+//      (a step):
+//      - warpgroup 0 is the producer: it gives its registers away (setmaxnreg), and one thread takes the tiles,
+//        publishes each to the others, and loads the tile's K and V (once the consumers are done with the
+//        previous tile's), and each step's Q and dO (TMA) and LSE and D (bulk copies) into a two-deep ring of
+//        buffers (mbarriers: full when the bytes have landed, empty when both consumers are done with them), so a
+//        tile's first loads run under the previous tile's last products and dK / dV stores;
 //      - warpgroups 1 and 2 are consumers, kBlockN / 2 keys each, meeting only at named barriers. Up to D = 128
 //        (BwdTraits::kScoresT) the scores are transposed, keys on the rows:
 //          S^T_w = K_w Q^T, dP^T_w = V_w dO^T  (64 keys x kBlockM queries; P^T_w from S^T_w while dP^T_w runs)
@@ -30,7 +33,7 @@
 //        thread of the producer warpgroup, adds it to the accumulator in global memory by TMA reduce-add: no
 //        atomics on the consumers and no wait for the add, one instruction per box; wide, each thread adds its
 //        registers by 16-byte reductions (BwdTraits::kDqOrder);
-//      - dK (times the scale) and dV are stored from registers at the end;
+//      - dK (times the scale) and dV are stored from registers at the end of the tile;
 //   3. sm80::launch_bwd_dq_convert: dQ = the accumulator times the scale, in the input dtype.
 // The deterministic mode runs bwd_kernel without its dQ part (kAccumulateDq = false: then nothing adds into
 // another CTA's output), and the sm80 dQ kernel instead of 3 (one CTA per query block recomputes S and dP), as
@@ -209,7 +212,9 @@ struct BwdTraits {
     alignas(1024) float dq[kConsumers][kWide ? 4 : cute::cosize_v<SmemLayoutDqBuffers>];  // wide: unused
     alignas(16) float lse2[kStages][kBlockM];  // log2 units (bwd_prep_kernel)
     alignas(16) float delta[kStages][kBlockM];
-    uint64_t kv_full, full[kStages], empty[kStages];
+    uint64_t kv_full, kv_empty, full[kStages], empty[kStages];
+    uint64_t tile_full[2], tile_empty[2];  // the tile slots: published by the producer, read by all the others
+    int tile[2];
     uint64_t dq_full[kConsumers][2], dq_empty[kConsumers][2];  // up to D = 128: consumer w's dQ buffers
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
@@ -230,10 +235,12 @@ struct BwdTraits {
 // D = rowsum(dO * O) and the LSE in log2 units (lse_log2: rows that saw no key get 0) for one workspace row per
 // lane group (sm80::LaneRow), rows (batch, head, padded row); the padding rows get 0 for both (their Q and dO load
 // as zeros, so they add nothing to dK and dV, and their dQ is clipped by the TMA or, wide, added into the
-// accumulator's padding rows or not at all, past them; the conversion reads neither). The dQ accumulator is zeroed in the same
-// pass (sm80::zero_dq_accum: dq_accum_floats, 0 in the deterministic mode).
+// accumulator's padding rows or not at all, past them; the conversion reads neither). The dQ accumulator is zeroed
+// in the same pass (sm80::zero_dq_accum: dq_accum_floats, 0 in the deterministic mode), and the main kernel's tile
+// counter.
 template <typename CudaT, int kHeadDim>
 __global__ void __launch_bounds__(sm80::kRowThreads) bwd_prep_kernel(const BwdKernelParams p, int64_t dq_accum_floats) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
   sm80::zero_dq_accum(p, dq_accum_floats);
   const FwdKernelParams& f = p.fwd;
   sm80::LaneRow<kHeadDim> r;
@@ -308,6 +315,42 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
 }
 
+// One tile of the main kernel: kBlockN keys of one (batch, K/V head), and its steps: each query head of the group,
+// times each block of kBlockM query rows that sees a key of the block, from a multiple of kBlockM. Tiles are
+// numbered key block fastest, so that the CTAs at work at one time share their heads' Q and dO in L2 (and under a
+// causal mask the longer tiles of a head come first).
+struct BwdTile {
+  int n_block, b, hk, key0;
+  int row_first, row_end;  // the query rows of a head that the steps walk, [row_first, row_end)
+  int steps;               // 0: no query sees the block (dK and dV are zeros)
+  template <int kBlockM, int kBlockN>
+  __device__ static BwdTile at(int tile, const BwdKernelParams& p) {
+    const FwdKernelParams& f = p.fwd;
+    BwdTile t;
+    t.n_block = tile % p.n_blocks;
+    const int bhk = tile / p.n_blocks;
+    t.b = bhk / p.heads_kv, t.hk = bhk % p.heads_kv;
+    t.key0 = t.n_block * kBlockN;
+    t.row_first = max(0, t.key0 - f.key_offset - f.window_right) / kBlockM * kBlockM;
+    t.row_end = min(f.seqlen_q, t.key0 + kBlockN - f.key_offset + f.window_left);
+    const int per_head = t.row_first < t.row_end ? (t.row_end - t.row_first + kBlockM - 1) / kBlockM : 0;
+    t.steps = per_head * f.group;
+    return t;
+  }
+};
+
+// The tile slots through which the producer hands the CTA's tiles to the consumers and the dQ writer: a 4-byte
+// shared store and load as asm volatile statements, so that they stay on their side of the mbarrier arrive and
+// wait around them (cutlass's barrier asm has no memory clobber).
+__device__ __forceinline__ void st_shared_int(int* p, int v) {
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(sm80::smem_address(p)), "r"(v));
+}
+__device__ __forceinline__ int ld_shared_int(const int* p) {
+  int v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(sm80::smem_address(p)));
+  return v;
+}
+
 template <typename Traits, bool kSoftcap, bool kAccumulateDq>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_constant__ typename Traits::Params prm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -334,15 +377,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
 
-  const int n_block = static_cast<int>(blockIdx.x % p.n_blocks), bhk = static_cast<int>(blockIdx.x / p.n_blocks);
-  const int b = bhk / p.heads_kv, hk = bhk % p.heads_kv;
-  const int key0 = n_block * kBlockN;
-  // The steps: each query head of the group, times each block of kBlockM query rows that sees a key of this
-  // block, from a multiple of kBlockM.
-  const int row_first = max(0, key0 - f.key_offset - f.window_right) / kBlockM * kBlockM;
-  const int row_end = min(f.seqlen_q, key0 + kBlockN - f.key_offset + f.window_left);
-  const int per_head = row_first < row_end ? (row_end - row_first + kBlockM - 1) / kBlockM : 0;
-  const int steps = per_head * f.group;
+  // The persistent grid: CTA c runs tile c (BwdTile), then each tile the counter hands it, until the counter has
+  // run past the last. The producer takes the tiles and publishes each in a slot of smem.tile; the consumers and
+  // the dQ writer read them there.
+  const int tiles = p.n_blocks * f.batch * p.heads_kv;
   // The warpgroup through a shuffle, so that the compiler knows it is the same in every lane of a warp: the
   // consumer's wgmma descriptors (its halves of K and V) are then built in uniform registers, not moved into
   // them before each wgmma (R2UR 255 -> 23 at D = 128, 323 -> 23 at 64; the forward's v8). At D = 64 it spilled
@@ -358,13 +396,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
     prefetch_tma_descriptor(prm.tma_dq.get_tma_descriptor());
     FullBarrier::init(&smem.kv_full, 1);
+    EmptyBarrier::init(&smem.kv_empty, Traits::kConsumers * 128);
+    for (int slot = 0; slot < 2; ++slot) {
+      EmptyBarrier::init(&smem.tile_full[slot], 1);
+      EmptyBarrier::init(&smem.tile_empty[slot], Traits::kConsumers * 128 + (kDqWriter ? 1 : 0));
+    }
     for (int s = 0; s < kStages; ++s) {
       FullBarrier::init(&smem.full[s], 1);
       EmptyBarrier::init(&smem.empty[s], Traits::kConsumers * 128);
     }
     // Up to D = 128 with dQ, consumer w's dQ buffer d is full once its 128 threads have stored and fenced their
     // parts, and empty again once the dQ writer's TMA add has read it; empty's phase 0 completes here, so that
-    // step i waits for completion i / 2 of its buffer's, without a branch for the first two steps.
+    // the CTA's step n waits for completion n / 2 of its buffer's, without a branch for the first two steps.
     for (int w = 0; w < Traits::kConsumers; ++w)
       for (int d = 0; d < 2; ++d) {
         EmptyBarrier::init(&smem.dq_full[w][d], 128);
@@ -381,74 +424,119 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
   auto sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutK{});
 
+  // The k-th tile of this CTA as the producer published it (for the consumers and the dQ writer); tiles >= `tiles`
+  // mean none is left.
+  auto read_tile = [&](int k) {
+    EmptyBarrier::wait(&smem.tile_full[k % 2], (k / 2) % 2);
+    const int tile = ld_shared_int(&smem.tile[k % 2]);
+    EmptyBarrier::arrive(&smem.tile_empty[k % 2]);
+    return tile;
+  };
+
   if (warpgroup == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<24>();
-    if (steps == 0) return;
     if (kDqWriter && threadIdx.x == 32) {
       // The dQ writer, one thread of the producer's second warp: each step, each consumer's dQ box, once its
       // buffer is full, added to the accumulator by TMA (rows past the sequence end and columns past the head dim
       // are clipped by the descriptor; split by keys, both consumers' boxes are the same one; a box wholly past
       // the sequence end, split by rows the last step's second half, is not issued); the buffers are empty again
       // once the adds have read them. So the consumers neither wait for each other after their dQ stores nor
-      // issue or wait for the adds (FlashAttention-3 has such a warp too).
+      // issue or wait for the adds (FlashAttention-3 has such a warp too). `step` counts the CTA's steps over
+      // all its tiles, as the consumers' does (the buffers and their phases run on across tiles).
       const auto dq_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
-      int h = hk * f.group, row0 = row_first;
-      for (int i = 0; i < steps; ++i) {
-        const int buf = i % 2;
-        CUTE_UNROLL
-        for (int c = 0; c < Traits::kConsumers; ++c) {
-          EmptyBarrier::wait(&smem.dq_full[c][buf], (i / 2) % 2);
-          const int box_row0 = row0 + (kDqSplit == DqSplit::kByRows ? 64 * c : 0);
-          if (box_row0 < f.seqlen_q) {
-            auto sdQ = make_tensor(make_smem_ptr(smem.dq[c]), typename Traits::SmemLayoutDqBuffers{})(_, _, buf);
-            auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(dq_shape)(_, _, h, b), Shape<_64, DqCols>{},
-                                  make_coord(box_row0 / 64, kDqSplit == DqSplit::kByColumns ? c : 0));
-            auto [tdQg, tdQs] =
-                tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdQ), group_modes<0, 2>(gdQ));
-            copy(prm.tma_dq, tdQs, tdQg);
+      int step = 0;
+      for (int k = 0;; ++k) {
+        const int tile = read_tile(k);
+        if (tile >= tiles) break;
+        const BwdTile t = BwdTile::at<kBlockM, kBlockN>(tile, p);
+        int h = t.hk * f.group, row0 = t.row_first;
+        for (int i = 0; i < t.steps; ++i, ++step) {
+          const int buf = step % 2;
+          CUTE_UNROLL
+          for (int c = 0; c < Traits::kConsumers; ++c) {
+            EmptyBarrier::wait(&smem.dq_full[c][buf], (step / 2) % 2);
+            const int box_row0 = row0 + (kDqSplit == DqSplit::kByRows ? 64 * c : 0);
+            if (box_row0 < f.seqlen_q) {
+              auto sdQ = make_tensor(make_smem_ptr(smem.dq[c]), typename Traits::SmemLayoutDqBuffers{})(_, _, buf);
+              auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(dq_shape)(_, _, h, t.b), Shape<_64, DqCols>{},
+                                    make_coord(box_row0 / 64, kDqSplit == DqSplit::kByColumns ? c : 0));
+              auto [tdQg, tdQs] =
+                  tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdQ), group_modes<0, 2>(gdQ));
+              copy(prm.tma_dq, tdQs, tdQg);
+            }
           }
+          tma_store_arrive();
+          tma_store_wait<0>();  // the adds have read both buffers
+          CUTE_UNROLL
+          for (int c = 0; c < Traits::kConsumers; ++c) EmptyBarrier::arrive(&smem.dq_empty[c][buf]);
+          row0 += kBlockM;
+          if (row0 >= t.row_end) row0 = t.row_first, ++h;
         }
-        tma_store_arrive();
-        tma_store_wait<0>();  // the adds have read both buffers
-        CUTE_UNROLL
-        for (int c = 0; c < Traits::kConsumers; ++c) EmptyBarrier::arrive(&smem.dq_empty[c][buf]);
-        row0 += kBlockM;
-        if (row0 >= row_end) row0 = row_first, ++h;
       }
       asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // the adds are done
       return;
     }
     if (threadIdx.x != 0) return;
+    // The loader: for each tile, its first step's Q, dO, LSE and D (their stage frees two steps before K and V's
+    // buffers do), then K and V once both consumers are done with the previous tile's (kv_empty), then the other
+    // steps' rows into the two-deep ring, which runs on across tiles (`step` counts the CTA's steps). A tile
+    // without steps loads nothing but still takes its turn at K and V's barriers (an arrive with no bytes), so
+    // that their phases are the tile's number. The next tile is asked of the counter before this one's loads, so
+    // that the atomic's round trip runs under them, and published once they are issued: known before the
+    // consumers finish this one.
     const auto q_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
     const auto kv_shape = make_shape(f.seqlen_k, f.head_dim, p.heads_kv, f.batch);
-    auto gK = local_tile(prm.tma_k.get_tma_tensor(kv_shape)(_, _, hk, b), Shape<N, D>{}, make_coord(n_block, 0));
-    auto gV = local_tile(prm.tma_v.get_tma_tensor(kv_shape)(_, _, hk, b), Shape<N, D>{}, make_coord(n_block, 0));
-    auto [tKg, tKs] = tma_partition(prm.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
-    auto [tVg, tVs] = tma_partition(prm.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-    FullBarrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKvBytes);
-    copy(prm.tma_k.with(smem.kv_full), tKg, tKs);
-    copy(prm.tma_v.with(smem.kv_full), tVg, tVs);
-    int h = hk * f.group, row0 = row_first;  // the step's query head and first row
-    for (int i = 0; i < steps; ++i) {
-      const int s = i % kStages;
-      if (i >= kStages) EmptyBarrier::wait(&smem.empty[s], (i / kStages - 1) % 2);  // step i - kStages is done
-      auto gQ = local_tile(prm.tma_q.get_tma_tensor(q_shape)(_, _, h, b), Shape<M, D>{}, make_coord(row0 / kBlockM, 0));
-      auto gdO =
-          local_tile(prm.tma_do.get_tma_tensor(q_shape)(_, _, h, b), Shape<M, D>{}, make_coord(row0 / kBlockM, 0));
-      auto [tQg, tQs] = tma_partition(prm.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ(_, _, s)),
-                                      group_modes<0, 2>(gQ));
-      auto [tdOg, tdOs] = tma_partition(prm.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO(_, _, s)),
-                                        group_modes<0, 2>(gdO));
-      FullBarrier::arrive_and_expect_tx(&smem.full[s], Traits::kStepBytes);
-      copy(prm.tma_q.with(smem.full[s]), tQg, tQs);
-      copy(prm.tma_do.with(smem.full[s]), tdOg, tdOs);
-      const int64_t stats = (static_cast<int64_t>(b) * f.heads_q + h) * padded + row0;
-      bulk_load(smem.lse2[s], p.lse_log2 + stats, kBlockM * sizeof(float), &smem.full[s]);
-      bulk_load(smem.delta[s], p.delta + stats, kBlockM * sizeof(float), &smem.full[s]);
-      row0 += kBlockM;
-      if (row0 >= row_end) row0 = row_first, ++h;
+    int tile = static_cast<int>(blockIdx.x), step = 0;
+    for (int k = 0;; ++k) {
+      if (k >= 2) EmptyBarrier::wait(&smem.tile_empty[k % 2], (k / 2 - 1) % 2);  // every reader has tile k - 2
+      st_shared_int(&smem.tile[k % 2], tile);
+      EmptyBarrier::arrive(&smem.tile_full[k % 2]);
+      if (tile >= tiles) return;
+      const BwdTile t = BwdTile::at<kBlockM, kBlockN>(tile, p);
+      const int next_tile = atomicAdd(p.tile_counter, 1) + static_cast<int>(gridDim.x);
+      auto load_kv = [&] {
+        if (k > 0) EmptyBarrier::wait(&smem.kv_empty, (k - 1) % 2);
+        if (t.steps == 0) {
+          FullBarrier::arrive(&smem.kv_full);
+          return;
+        }
+        auto gK = local_tile(prm.tma_k.get_tma_tensor(kv_shape)(_, _, t.hk, t.b), Shape<N, D>{},
+                             make_coord(t.n_block, 0));
+        auto gV = local_tile(prm.tma_v.get_tma_tensor(kv_shape)(_, _, t.hk, t.b), Shape<N, D>{},
+                             make_coord(t.n_block, 0));
+        auto [tKg, tKs] =
+            tma_partition(prm.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
+        auto [tVg, tVs] =
+            tma_partition(prm.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
+        FullBarrier::arrive_and_expect_tx(&smem.kv_full, Traits::kKvBytes);
+        copy(prm.tma_k.with(smem.kv_full), tKg, tKs);
+        copy(prm.tma_v.with(smem.kv_full), tVg, tVs);
+      };
+      if (t.steps == 0) load_kv();
+      int h = t.hk * f.group, row0 = t.row_first;  // the step's query head and first row
+      for (int i = 0; i < t.steps; ++i, ++step) {
+        const int s = step % kStages;
+        if (step >= kStages) EmptyBarrier::wait(&smem.empty[s], (step / kStages - 1) % 2);  // step - kStages is done
+        auto gQ = local_tile(prm.tma_q.get_tma_tensor(q_shape)(_, _, h, t.b), Shape<M, D>{},
+                             make_coord(row0 / kBlockM, 0));
+        auto gdO = local_tile(prm.tma_do.get_tma_tensor(q_shape)(_, _, h, t.b), Shape<M, D>{},
+                              make_coord(row0 / kBlockM, 0));
+        auto [tQg, tQs] = tma_partition(prm.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ(_, _, s)),
+                                        group_modes<0, 2>(gQ));
+        auto [tdOg, tdOs] = tma_partition(prm.tma_do, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdO(_, _, s)),
+                                          group_modes<0, 2>(gdO));
+        FullBarrier::arrive_and_expect_tx(&smem.full[s], Traits::kStepBytes);
+        copy(prm.tma_q.with(smem.full[s]), tQg, tQs);
+        copy(prm.tma_do.with(smem.full[s]), tdOg, tdOs);
+        const int64_t stats = (static_cast<int64_t>(t.b) * f.heads_q + h) * padded + row0;
+        bulk_load(smem.lse2[s], p.lse_log2 + stats, kBlockM * sizeof(float), &smem.full[s]);
+        bulk_load(smem.delta[s], p.delta + stats, kBlockM * sizeof(float), &smem.full[s]);
+        if (i == 0) load_kv();
+        row0 += kBlockM;
+        if (row0 >= t.row_end) row0 = t.row_first, ++h;
+      }
+      tile = next_tile;
     }
-    return;
   }
 
   cutlass::arch::warpgroup_reg_alloc<240>();
@@ -496,13 +584,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   const int dq_col_box = kDqSplit == DqSplit::kByColumns ? w : 0;
   auto sdQ = make_tensor(make_smem_ptr(smem.dq[w]), typename Traits::SmemLayoutDqBuffers{});  // (64, DqCols, buffer)
 
-  // dK and dV live through the loop; S, dP and dQ are declared in it, so that the registers of one step's S and dP
-  // are free for its dQ and the next step's S (a wgmma's accumulator is an asm read-write operand: declared out
-  // here they would stay live across steps).
+  // dK and dV live through a tile's steps; S, dP and dQ are declared in the step loop, so that the registers of one
+  // step's S and dP are free for its dQ and the next step's S (a wgmma's accumulator is an asm read-write operand:
+  // declared out here they would stay live across steps).
   auto tVrdV = partition_fragment_C(mma_kv, typename Traits::DkvShape{});  // (64 keys, D), or wide (KvDims, KvKeys)
   auto tKrdK = partition_fragment_C(mma_kv, typename Traits::DkvShape{});
-  clear(tVrdV);
-  clear(tKrdK);
   // Element e of S, dP (and P, dS) sits at tScS(e) within ScoresShape: in each 64-row block m = e / kPerBlock a
   // thread holds rows r and r + 8 ((e / 2) % 2 says which), columns 2t and 2t + 1 of each 8-column block (e and
   // e + 1, block e % kPerBlock / 4).
@@ -522,271 +608,287 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto tPsP = thr_stsm.partition_D(sP_w);
   auto tPsdS = thr_stsm.partition_D(sdS_w);
   auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, DqCols>{}));
-  const int key_w0 = key0 + w * (kBlockN / 2);  // this consumer's first key
   // Transposed: when dV, issued as soon as P is made, is waited for. Under dS at D = 96 and 128; at D = 64 (twice
   // the queries a step, so S^T, dP^T, P^T and dS^T take twice the registers) before dS is computed; ptxas
   // serializes every wgmma of the kernel (C7512, too few registers) if dV is still in flight when dS goes to
   // shared memory or, at D = 64, while dS is computed.
   constexpr bool kDvDoneBeforeDs = kBlockM == 128;
 
-  if (steps > 0) FullBarrier::wait(&smem.kv_full, 0);
-  int h = hk * f.group, row0 = row_first;
-  for (int i = 0; i < steps; ++i) {
-    const int s = i % kStages;
-    FullBarrier::wait(&smem.full[s], (i / kStages) % 2);
-    // This step's dQ buffer has been read by the add of step i - 2 (waited for here, where few registers are
-    // live: D = 64 with dQ spills 16 bytes so, more with the wait at the hand-off).
-    if (kDqWriter) EmptyBarrier::wait(&smem.dq_empty[w][i % 2], (i / 2) % 2);
-    auto sQt = dims_kv(make_tensor(sQ(_, _, s).data(), typename Traits::SmemLayoutQt{}));
-    auto sdOt = dims_kv(make_tensor(sdO(_, _, s).data(), typename Traits::SmemLayoutQt{}));
-    auto tSrS = partition_fragment_C(mma_sdp, ScoresShape{});  // (MMA, kBlockM / 64, 1), transposed (MMA, 1, 1)
-    auto tSrdP = partition_fragment_C(mma_sdp, ScoresShape{});
-    if constexpr (kScoresT) {
-      issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sK_w), thr_sdp.partition_fragment_B(sQ(_, _, s)), tSrS, false);
-      issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sV_w), thr_sdp.partition_fragment_B(sdO(_, _, s)), tSrdP,
-                false);
-    } else {
-      issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sQ(_, _, s)), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
-      issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sdO(_, _, s)), thr_sdp.partition_fragment_B(sV_w), tSrdP,
-                false);
-    }
-    const int last_query = min(row0 + kBlockM, f.seqlen_q) - 1;
-    const bool full_tile = last_query + f.key_offset - f.window_left <= key_w0 &&
-                           row0 + f.key_offset + f.window_right >= key_w0 + kBlockN / 2 - 1 &&
-                           key_w0 + kBlockN / 2 <= f.seqlen_k;
-    auto rP = make_tensor_like<T>(tSrS);
-    auto rdS = make_tensor_like<T>(tSrS);
-    // Transposed: S^T -> softcap, mask, and (without a softcap) P^T in place while dP^T is still on the tensor
-    // cores; then dV is issued on P^T, dS^T computed while it runs (from the fp32 P^T), and dS^T goes to shared
-    // memory for dQ once the other consumer is done reading the previous step's (the step barrier). The LSE and
-    // D are per column (query): each column pair's in one 8-byte load where it is used (ld_shared_pair).
-    auto grads_t = [&](auto masked) {
-      constexpr bool kMasked = decltype(masked)::value;
-      auto issue_dv = [&] { issue_mma(mma_kv, acc_as_a_operand(rP), thr_kv.partition_fragment_B(sdOt), tVrdV, true); };
-      // The queries that see each of this thread's two keys, relative to its first column (QueriesSeeingKey: two
-      // compares per element, as VisibleKeys from the query's side).
-      QueriesSeeingKey seen[2];
-      if (kMasked) {
-        CUTE_UNROLL
-        for (int half = 0; half < 2; ++half)
-          seen[half] = QueriesSeeingKey(f, key_w0 + static_cast<int>(get<0>(tScS(2 * half))), row0 + query_of(0));
+  // The tiles. `step` counts the CTA's steps over all of them (the ring of Q and dO stages and the dQ buffers run
+  // on across tiles); `i` is the step within the tile.
+  int step = 0;
+  for (int k = 0;; ++k) {
+    const int tile = read_tile(k);
+    if (tile >= tiles) break;
+    const BwdTile t = BwdTile::at<kBlockM, kBlockN>(tile, p);
+    const int b = t.b, hk = t.hk, key0 = t.key0, row_first = t.row_first, row_end = t.row_end, steps = t.steps;
+    const int key_w0 = key0 + w * (kBlockN / 2);  // this consumer's first key
+    clear(tVrdV);
+    clear(tKrdK);
+    // K and V of this tile. Loaded once both consumers were done with the previous tile's (kv_empty, below): so no
+    // product of the previous tile still reads dS (or, wide, P) either when the first step rewrites them.
+    FullBarrier::wait(&smem.kv_full, k % 2);
+    int h = hk * f.group, row0 = row_first;
+    for (int i = 0; i < steps; ++i, ++step) {
+      const int s = step % kStages;
+      FullBarrier::wait(&smem.full[s], (step / kStages) % 2);
+      // This step's dQ buffer has been read by the add of two steps before (waited for here, where few registers
+      // are live: D = 64 with dQ spills more with the wait at the hand-off).
+      if (kDqWriter) EmptyBarrier::wait(&smem.dq_empty[w][step % 2], (step / 2) % 2);
+      auto sQt = dims_kv(make_tensor(sQ(_, _, s).data(), typename Traits::SmemLayoutQt{}));
+      auto sdOt = dims_kv(make_tensor(sdO(_, _, s).data(), typename Traits::SmemLayoutQt{}));
+      auto tSrS = partition_fragment_C(mma_sdp, ScoresShape{});  // (MMA, kBlockM / 64, 1), transposed (MMA, 1, 1)
+      auto tSrdP = partition_fragment_C(mma_sdp, ScoresShape{});
+      if constexpr (kScoresT) {
+        issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sK_w), thr_sdp.partition_fragment_B(sQ(_, _, s)), tSrS, false);
+        issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sV_w), thr_sdp.partition_fragment_B(sdO(_, _, s)), tSrdP,
+                  false);
+      } else {
+        issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sQ(_, _, s)), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
+        issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sdO(_, _, s)), thr_sdp.partition_fragment_B(sV_w), tSrdP,
+                  false);
       }
-      warpgroup_wait<1>();
-      warpgroup_fence_operand(tSrS);
-      CUTE_UNROLL
-      for (int pair = 0; pair < size(tSrS) / 4; ++pair) {
-        const float2 lse2 = ld_shared_pair(&smem.lse2[s][query_of(4 * pair)]);
-        CUTE_UNROLL
-        for (int e = 4 * pair; e < 4 * pair + 4; ++e) {
-          float x = tSrS(e);
-          if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
-          if (kMasked) x = seen[(e / 2) % 2].sees(query_of(e) - query_of(0)) ? x : -INFINITY;
-          tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -(e % 2 ? lse2.y : lse2.x)));
+      const int last_query = min(row0 + kBlockM, f.seqlen_q) - 1;
+      const bool full_tile = last_query + f.key_offset - f.window_left <= key_w0 &&
+                             row0 + f.key_offset + f.window_right >= key_w0 + kBlockN / 2 - 1 &&
+                             key_w0 + kBlockN / 2 <= f.seqlen_k;
+      auto rP = make_tensor_like<T>(tSrS);
+      auto rdS = make_tensor_like<T>(tSrS);
+      // Transposed: S^T -> softcap, mask, and (without a softcap) P^T in place while dP^T is still on the tensor
+      // cores; then dV is issued on P^T, dS^T computed while it runs (from the fp32 P^T), and dS^T goes to shared
+      // memory for dQ once the other consumer is done reading the previous step's (the step barrier). The LSE and
+      // D are per column (query): each column pair's in one 8-byte load where it is used (ld_shared_pair).
+      auto grads_t = [&](auto masked) {
+        constexpr bool kMasked = decltype(masked)::value;
+        auto issue_dv = [&] {
+          issue_mma(mma_kv, acc_as_a_operand(rP), thr_kv.partition_fragment_B(sdOt), tVrdV, true);
+        };
+        // The queries that see each of this thread's two keys, relative to its first column (QueriesSeeingKey: two
+        // compares per element, as VisibleKeys from the query's side).
+        QueriesSeeingKey seen[2];
+        if (kMasked) {
+          CUTE_UNROLL
+          for (int half = 0; half < 2; ++half)
+            seen[half] = QueriesSeeingKey(f, key_w0 + static_cast<int>(get<0>(tScS(2 * half))), row0 + query_of(0));
         }
-      }
-      if constexpr (!kSoftcap) {
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(tSrS);
         CUTE_UNROLL
-        for (int e = 0; e < size(tSrS); ++e) rP(e) = T(tSrS(e));
-        issue_dv();
-      }
-      warpgroup_wait<kSoftcap ? 0 : 1>();  // dP^T (dV may run on)
-      warpgroup_fence_operand(tSrdP);
-      if constexpr (!kSoftcap && kDvDoneBeforeDs) {
+        for (int pair = 0; pair < size(tSrS) / 4; ++pair) {
+          const float2 lse2 = ld_shared_pair(&smem.lse2[s][query_of(4 * pair)]);
+          CUTE_UNROLL
+          for (int e = 4 * pair; e < 4 * pair + 4; ++e) {
+            float x = tSrS(e);
+            if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
+            if (kMasked) x = seen[(e / 2) % 2].sees(query_of(e) - query_of(0)) ? x : -INFINITY;
+            tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -(e % 2 ? lse2.y : lse2.x)));
+          }
+        }
+        if constexpr (!kSoftcap) {
+          CUTE_UNROLL
+          for (int e = 0; e < size(tSrS); ++e) rP(e) = T(tSrS(e));
+          issue_dv();
+        }
+        warpgroup_wait<kSoftcap ? 0 : 1>();  // dP^T (dV may run on)
+        warpgroup_fence_operand(tSrdP);
+        if constexpr (!kSoftcap && kDvDoneBeforeDs) {
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tVrdV);
+        }
+        CUTE_UNROLL
+        for (int pair = 0; pair < size(tSrS) / 4; ++pair) {
+          const float2 delta = ld_shared_pair(&smem.delta[s][query_of(4 * pair)]);
+          float2 lse2;
+          if (kSoftcap) lse2 = ld_shared_pair(&smem.lse2[s][query_of(4 * pair)]);
+          CUTE_UNROLL
+          for (int e = 4 * pair; e < 4 * pair + 4; ++e) {
+            const float x = tSrS(e);
+            const float prob = kSoftcap ? exp2_approx(fmaf(x, f.scale_log2, -(e % 2 ? lse2.y : lse2.x))) : x;
+            if (kSoftcap) rP(e) = T(prob);
+            rdS(e) = T(sm80::grad_score<kSoftcap, kMasked>(prob, tSrdP(e), e % 2 ? delta.y : delta.x, x, f));
+          }
+        }
+        if constexpr (kSoftcap) issue_dv();
         warpgroup_wait<0>();
         warpgroup_fence_operand(tVrdV);
-      }
-      CUTE_UNROLL
-      for (int pair = 0; pair < size(tSrS) / 4; ++pair) {
-        const float2 delta = ld_shared_pair(&smem.delta[s][query_of(4 * pair)]);
-        float2 lse2;
-        if (kSoftcap) lse2 = ld_shared_pair(&smem.lse2[s][query_of(4 * pair)]);
-        CUTE_UNROLL
-        for (int e = 4 * pair; e < 4 * pair + 4; ++e) {
-          const float x = tSrS(e);
-          const float prob = kSoftcap ? exp2_approx(fmaf(x, f.scale_log2, -(e % 2 ? lse2.y : lse2.x))) : x;
-          if (kSoftcap) rP(e) = T(prob);
-          rdS(e) = T(sm80::grad_score<kSoftcap, kMasked>(prob, tSrdP(e), e % 2 ? delta.y : delta.x, x, f));
-        }
-      }
-      if constexpr (kSoftcap) issue_dv();
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tVrdV);
-      if constexpr (kAccumulateDq) {
-        // dS^T is rewritten once every warp of both consumers (kSharedDs: the step barrier) or of this one is
-        // past the previous step's dQ, which read it (a warp's wgmma wait covers its own share only).
-        if (i > 0) named_sync(kSharedDs ? kStepBarrier + w : 1 + w, kSharedDs ? 2 * 128 : 128);
-        copy(stsm, thr_stsm.retile_S(rdS), tPsdS);
-      }
-    };
-    // Untransposed (wide): S -> softcap, mask, and (without a softcap) P in place while dP is still on the tensor
-    // cores; then dS, P and dS in T in registers, and once the products of the previous step that read them are
-    // done (the step barrier, or this consumer's own), both into shared memory by stmatrix. Under a softcap S
-    // keeps the capped scores until dS, which needs them (grad_score).
-    auto grads = [&](auto masked) {
-      constexpr bool kMasked = decltype(masked)::value;
-      float lse2[kRowSlots], delta[kRowSlots];  // this thread's rows
-      CUTE_UNROLL
-      for (int slot = 0; slot < kRowSlots; ++slot) {
-        lse2[slot] = smem.lse2[s][slot_row(slot)];
-        delta[slot] = smem.delta[s][slot_row(slot)];
-      }
-      // Each of this thread's rows tests its elements against the keys it sees relative to the thread's first
-      // column (VisibleKeys), so an element costs two compares against a constant offset (absolute coordinates
-      // per element cost more instructions and, at D = 64, registers).
-      VisibleKeys visible[kRowSlots];
-      if (kMasked) {
-        const int key_first = key_w0 + get<1>(tScS(0));
-        CUTE_UNROLL
-        for (int slot = 0; slot < kRowSlots; ++slot) visible[slot] = VisibleKeys(f, row0 + slot_row(slot), key_first);
-      }
-      warpgroup_wait<1>();
-      warpgroup_fence_operand(tSrS);
-      CUTE_UNROLL
-      for (int e = 0; e < size(tSrS); ++e) {
-        float x = tSrS(e);
-        if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
-        if (kMasked) x = visible[row_slot(e)].sees(get<1>(tScS(e)) - get<1>(tScS(0))) ? x : -INFINITY;
-        tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)]));
-      }
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tSrdP);
-      CUTE_UNROLL
-      for (int e = 0; e < size(tSrS); ++e) {
-        const float x = tSrS(e);
-        const float prob = kSoftcap ? exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)])) : x;
-        rP(e) = T(prob);
-        rdS(e) = T(sm80::grad_score<kSoftcap, kMasked>(prob, tSrdP(e), delta[row_slot(e)], x, f));
-      }
-      if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
-      if (!kSharedDs && i > 0) named_sync(1 + w, 128);
-      copy(stsm, thr_stsm.retile_S(rP), tPsP);
-      copy(stsm, thr_stsm.retile_S(rdS), tPsdS);
-    };
-    auto step_grads = [&](auto masked) {
-      if constexpr (kScoresT)
-        grads_t(masked);
-      else
-        grads(masked);
-    };
-    if (full_tile)
-      step_grads(std::false_type{});
-    else
-      step_grads(std::true_type{});
-    cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> async-proxy reads (wgmma)
-    // The shared tiles the products read are in place. Transposed, only dQ reads dS^T: both consumers' where
-    // their dQ needs both (kSharedDs), else this consumer's. Untransposed, dV and dK read this consumer's P and
-    // dS (by head-dim rows, both consumers'), and dQ the other's dS too (below).
-    // dQ is issued before dK (transposed: from dS^T's registers), or at D = 256 before dV and dK, and waited for
-    // alone, so that its hand-off below (transposed: the stores, fence, barrier and TMA add; wide: the
-    // reductions) runs while they are on the tensor cores (wgmma groups complete in the order they were
-    // committed). At D = 192 dQ waits for the other consumer's dS (kDsBarrier), so it goes last.
-    auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
-    auto issue_dq = [&] {
-      issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
-    };
-    constexpr bool kDqFirst = kAccumulateDq && (kScoresT || kKvByDims);
-    if constexpr (kScoresT) {
-      if (kAccumulateDq) named_sync(kSharedDs ? kDsBarrier : 1 + w, kSharedDs ? 2 * 128 : 128);
-      if (kAccumulateDq) issue_dq();
-      issue_mma(mma_kv, acc_as_a_operand(rdS), thr_kv.partition_fragment_B(sQt), tKrdK, true);
-    } else {
-      named_sync(kKvByDims ? kDsBarrier : 1 + w, kKvByDims ? 2 * 128 : 128);
-      if (kDqFirst) issue_dq();
-      issue_mma(mma_kv, thr_kv.partition_fragment_A(sdOt), thr_kv.partition_fragment_B(sPt_kv), tVrdV, true);
-      issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_kv), tKrdK, true);
-      if (kSharedDs && !kKvByDims) named_sync(kDsBarrier, 2 * 128);
-      if (kAccumulateDq && !kDqFirst) issue_dq();
-    }
-    auto kv_done = [&] {  // dV and dK are complete, so this stage's Q, dO, LSE and D are read
-      warpgroup_wait<0>();
-      warpgroup_fence_operand(tVrdV);
-      warpgroup_fence_operand(tKrdK);
-      EmptyBarrier::arrive(&smem.empty[s]);
-    };
-    if constexpr (kDqFirst)
-      warpgroup_wait<kScoresT ? 1 : 2>();  // dQ
-    else
-      kv_done();
-    warpgroup_fence_operand(tQrdQ);
-    // The other consumer may rewrite its dS (and P) once this consumer's products that read them are done: dQ,
-    // and by head-dim rows dV and dK too, which with dQ first are waited for after the hand-off.
-    constexpr bool kArriveAfterKv = kKvByDims && kDqFirst;
-    auto arrive_step = [&] {
-      if (kSharedDs && i + 1 < steps) asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
-    };
-    if (!kArriveAfterKv) arrive_step();
-
-    if constexpr (kAccumulateDq && kWide) {
-      // The reductions: this warp's 16 rows of the box (one band of the fragment order; rows past the sequence
-      // end within a real band add into its padding), an 8-column block a reduction, the accumulator's four
-      // registers of the block as they are (tests/backends/cuda/sm90_bwd_layout_test.cu checks the fragment's
-      // order). No branch stands between them: each would wait for the reductions before it to read their
-      // registers (the sm80 backward's v5), so a head dim below kHeadDim takes a copy with the column test.
-      const int band0 = row0 + 16 * (tid / 32), col0 = dq_col_box * DqCols::value;
-      float* dq_band = p.dq_accum +
-                       (static_cast<int64_t>(b) * f.heads_q + h) * sm80::dq_accum_fragment_rows(f.seqlen_q) *
-                           f.head_dim +
-                       static_cast<int64_t>(band0) * f.head_dim + col0 * 16 + (tid % 32) * 4;
-      auto reduce = [&](auto all_columns) {
-        CUTE_UNROLL
-        for (int block = 0; block < DqCols::value / 8; ++block) {
-          if (!decltype(all_columns)::value && col0 + 8 * block >= f.head_dim) break;
-          sm80::red_add(dq_band + block * 128, make_float4(tQrdQ(4 * block), tQrdQ(4 * block + 1),
-                                                           tQrdQ(4 * block + 2), tQrdQ(4 * block + 3)));
+        if constexpr (kAccumulateDq) {
+          // dS^T is rewritten once every warp of both consumers (kSharedDs: the step barrier) or of this one is
+          // past the previous step's dQ, which read it (a warp's wgmma wait covers its own share only).
+          if (i > 0) named_sync(kSharedDs ? kStepBarrier + w : 1 + w, kSharedDs ? 2 * 128 : 128);
+          copy(stsm, thr_stsm.retile_S(rdS), tPsdS);
         }
       };
-      if (band0 < f.seqlen_q) {
-        if (col0 + DqCols::value <= f.head_dim)
-          reduce(std::true_type{});
+      // Untransposed (wide): S -> softcap, mask, and (without a softcap) P in place while dP is still on the tensor
+      // cores; then dS, P and dS in T in registers, and once the products of the previous step that read them are
+      // done (the step barrier, or this consumer's own), both into shared memory by stmatrix. Under a softcap S
+      // keeps the capped scores until dS, which needs them (grad_score).
+      auto grads = [&](auto masked) {
+        constexpr bool kMasked = decltype(masked)::value;
+        float lse2[kRowSlots], delta[kRowSlots];  // this thread's rows
+        CUTE_UNROLL
+        for (int slot = 0; slot < kRowSlots; ++slot) {
+          lse2[slot] = smem.lse2[s][slot_row(slot)];
+          delta[slot] = smem.delta[s][slot_row(slot)];
+        }
+        // Each of this thread's rows tests its elements against the keys it sees relative to the thread's first
+        // column (VisibleKeys), so an element costs two compares against a constant offset (absolute coordinates
+        // per element cost more instructions and, at D = 64, registers).
+        VisibleKeys visible[kRowSlots];
+        if (kMasked) {
+          const int key_first = key_w0 + get<1>(tScS(0));
+          CUTE_UNROLL
+          for (int slot = 0; slot < kRowSlots; ++slot) visible[slot] = VisibleKeys(f, row0 + slot_row(slot), key_first);
+        }
+        warpgroup_wait<1>();
+        warpgroup_fence_operand(tSrS);
+        CUTE_UNROLL
+        for (int e = 0; e < size(tSrS); ++e) {
+          float x = tSrS(e);
+          if (kSoftcap) x = f.softcap * tanhf(x * f.scale_over_cap);
+          if (kMasked) x = visible[row_slot(e)].sees(get<1>(tScS(e)) - get<1>(tScS(0))) ? x : -INFINITY;
+          tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)]));
+        }
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrdP);
+        CUTE_UNROLL
+        for (int e = 0; e < size(tSrS); ++e) {
+          const float x = tSrS(e);
+          const float prob = kSoftcap ? exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)])) : x;
+          rP(e) = T(prob);
+          rdS(e) = T(sm80::grad_score<kSoftcap, kMasked>(prob, tSrdP(e), delta[row_slot(e)], x, f));
+        }
+        if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
+        if (!kSharedDs && i > 0) named_sync(1 + w, 128);
+        copy(stsm, thr_stsm.retile_S(rP), tPsP);
+        copy(stsm, thr_stsm.retile_S(rdS), tPsdS);
+      };
+      auto step_grads = [&](auto masked) {
+        if constexpr (kScoresT)
+          grads_t(masked);
         else
-          reduce(std::false_type{});
+          grads(masked);
+      };
+      if (full_tile)
+        step_grads(std::false_type{});
+      else
+        step_grads(std::true_type{});
+      cutlass::arch::fence_view_async_shared();  // generic-proxy writes -> async-proxy reads (wgmma)
+      // The shared tiles the products read are in place. Transposed, only dQ reads dS^T: both consumers' where
+      // their dQ needs both (kSharedDs), else this consumer's. Untransposed, dV and dK read this consumer's P and
+      // dS (by head-dim rows, both consumers'), and dQ the other's dS too (below).
+      // dQ is issued before dK (transposed: from dS^T's registers), or at D = 256 before dV and dK, and waited for
+      // alone, so that its hand-off below (transposed: the stores, fence, barrier and TMA add; wide: the
+      // reductions) runs while they are on the tensor cores (wgmma groups complete in the order they were
+      // committed). At D = 192 dQ waits for the other consumer's dS (kDsBarrier), so it goes last.
+      auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
+      auto issue_dq = [&] {
+        issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
+      };
+      constexpr bool kDqFirst = kAccumulateDq && (kScoresT || kKvByDims);
+      if constexpr (kScoresT) {
+        if (kAccumulateDq) named_sync(kSharedDs ? kDsBarrier : 1 + w, kSharedDs ? 2 * 128 : 128);
+        if (kAccumulateDq) issue_dq();
+        issue_mma(mma_kv, acc_as_a_operand(rdS), thr_kv.partition_fragment_B(sQt), tKrdK, true);
+      } else {
+        named_sync(kKvByDims ? kDsBarrier : 1 + w, kKvByDims ? 2 * 128 : 128);
+        if (kDqFirst) issue_dq();
+        issue_mma(mma_kv, thr_kv.partition_fragment_A(sdOt), thr_kv.partition_fragment_B(sPt_kv), tVrdV, true);
+        issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_kv), tKrdK, true);
+        if (kSharedDs && !kKvByDims) named_sync(kDsBarrier, 2 * 128);
+        if (kAccumulateDq && !kDqFirst) issue_dq();
       }
-    }
-    if constexpr (kDqWriter) {
-      // dQ's registers into this step's buffer (free: see the top of the step), two floats per st.shared (a
-      // plain store through the swizzled layout compiled to a generic one), for the dQ writer (above).
-      auto sdQ_step = sdQ(_, _, i % 2);
-      CUTE_UNROLL
-      for (int e = 0; e < size(tQrdQ); e += 2) {
-        const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(&sdQ_step(get<0>(tQcQ(e)), get<1>(tQcQ(e)))));
-        asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(tQrdQ(e)), "f"(tQrdQ(e + 1)));
-      }
-      cutlass::arch::fence_view_async_shared();  // the TMA reads through the async proxy
-      EmptyBarrier::arrive(&smem.dq_full[w][i % 2]);
-    }
-    if constexpr (kDqFirst) kv_done();
-    if (kArriveAfterKv) arrive_step();
-    row0 += kBlockM;
-    if (row0 >= row_end) row0 = row_first, ++h;
-  }
-  // With the step barriers (kSharedDs), each consumer waits at its own in steps 1 .. steps - 1 and the other
-  // arrives there after steps 0 .. steps - 2, so none is left open here.
+      auto kv_done = [&] {  // dV and dK are complete, so this stage's Q, dO, LSE and D are read
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tVrdV);
+        warpgroup_fence_operand(tKrdK);
+        EmptyBarrier::arrive(&smem.empty[s]);
+      };
+      if constexpr (kDqFirst)
+        warpgroup_wait<kScoresT ? 1 : 2>();  // dQ
+      else
+        kv_done();
+      warpgroup_fence_operand(tQrdQ);
+      // The other consumer may rewrite its dS (and P) once this consumer's products that read them are done: dQ,
+      // and by head-dim rows dV and dK too, which with dQ first are waited for after the hand-off.
+      constexpr bool kArriveAfterKv = kKvByDims && kDqFirst;
+      auto arrive_step = [&] {
+        if (kSharedDs && i + 1 < steps) asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
+      };
+      if (!kArriveAfterKv) arrive_step();
 
-  // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys: two columns per store,
-  // or wide, where an accumulator's neighbours are two keys of one column, one element per store (by head-dim
-  // rows: this consumer's half of the columns, of all the CTA's keys).
-  CudaT* dk_head = static_cast<CudaT*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
-  CudaT* dv_head = static_cast<CudaT*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[2];
-  auto tKcK = thr_kv.partition_C(make_identity_tensor(typename Traits::DkvShape{}));
-  if constexpr (kWide) {
-    CUTE_UNROLL
-    for (int e = 0; e < size(tKrdK); ++e) {
-      const int col = (kKvByDims ? w * Traits::kKvDims : 0) + get<0>(tKcK(e));
-      const int key = (kKvByDims ? key0 : key_w0) + get<1>(tKcK(e));
-      if (key < f.seqlen_k && col < f.head_dim) {
-        dk_head[key * p.dk_stride[1] + col] = static_cast<CudaT>(tKrdK(e) * p.scale);
-        dv_head[key * p.dv_stride[1] + col] = static_cast<CudaT>(tVrdV(e));
+      if constexpr (kAccumulateDq && kWide) {
+        // The reductions: this warp's 16 rows of the box (one band of the fragment order; rows past the sequence
+        // end within a real band add into its padding), an 8-column block a reduction, the accumulator's four
+        // registers of the block as they are (tests/backends/cuda/sm90_bwd_layout_test.cu checks the fragment's
+        // order). No branch stands between them: each would wait for the reductions before it to read their
+        // registers (the sm80 backward's v5), so a head dim below kHeadDim takes a copy with the column test.
+        const int band0 = row0 + 16 * (tid / 32), col0 = dq_col_box * DqCols::value;
+        float* dq_band = p.dq_accum +
+                         (static_cast<int64_t>(b) * f.heads_q + h) * sm80::dq_accum_fragment_rows(f.seqlen_q) *
+                             f.head_dim +
+                         static_cast<int64_t>(band0) * f.head_dim + col0 * 16 + (tid % 32) * 4;
+        auto reduce = [&](auto all_columns) {
+          CUTE_UNROLL
+          for (int block = 0; block < DqCols::value / 8; ++block) {
+            if (!decltype(all_columns)::value && col0 + 8 * block >= f.head_dim) break;
+            sm80::red_add(dq_band + block * 128, make_float4(tQrdQ(4 * block), tQrdQ(4 * block + 1),
+                                                             tQrdQ(4 * block + 2), tQrdQ(4 * block + 3)));
+          }
+        };
+        if (band0 < f.seqlen_q) {
+          if (col0 + DqCols::value <= f.head_dim)
+            reduce(std::true_type{});
+          else
+            reduce(std::false_type{});
+        }
       }
+      if constexpr (kDqWriter) {
+        // dQ's registers into this step's buffer (free: see the top of the step), two floats per st.shared (a
+        // plain store through the swizzled layout compiled to a generic one), for the dQ writer (above).
+        auto sdQ_step = sdQ(_, _, step % 2);
+        CUTE_UNROLL
+        for (int e = 0; e < size(tQrdQ); e += 2) {
+          const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(&sdQ_step(get<0>(tQcQ(e)), get<1>(tQcQ(e)))));
+          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(tQrdQ(e)), "f"(tQrdQ(e + 1)));
+        }
+        cutlass::arch::fence_view_async_shared();  // the TMA reads through the async proxy
+        EmptyBarrier::arrive(&smem.dq_full[w][step % 2]);
+      }
+      if constexpr (kDqFirst) kv_done();
+      if (kArriveAfterKv) arrive_step();
+      row0 += kBlockM;
+      if (row0 >= row_end) row0 = row_first, ++h;
     }
-  } else {
-    CUTE_UNROLL
-    for (int e = 0; e < size(tKrdK); e += 2) {
-      const int key = key_w0 + get<0>(tKcK(e)), col = get<1>(tKcK(e));
-      if (key < f.seqlen_k && col < f.head_dim) {
-        *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
-            sm80::pack2<CudaT>(tKrdK(e) * p.scale, tKrdK(e + 1) * p.scale);
-        *reinterpret_cast<uint32_t*>(dv_head + key * p.dv_stride[1] + col) =
-            sm80::pack2<CudaT>(tVrdV(e), tVrdV(e + 1));
+    // With the step barriers (kSharedDs), each consumer waits at its own in steps 1 .. steps - 1 and the other
+    // arrives there after steps 0 .. steps - 2, so none is left open here.
+    EmptyBarrier::arrive(&smem.kv_empty);  // every product of this consumer that read K and V is done (kv_done)
+
+    // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys: two columns per store,
+    // or wide, where an accumulator's neighbours are two keys of one column, one element per store (by head-dim
+    // rows: this consumer's half of the columns, of all the CTA's keys).
+    CudaT* dk_head = static_cast<CudaT*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
+    CudaT* dv_head = static_cast<CudaT*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[2];
+    auto tKcK = thr_kv.partition_C(make_identity_tensor(typename Traits::DkvShape{}));
+    if constexpr (kWide) {
+      CUTE_UNROLL
+      for (int e = 0; e < size(tKrdK); ++e) {
+        const int col = (kKvByDims ? w * Traits::kKvDims : 0) + get<0>(tKcK(e));
+        const int key = (kKvByDims ? key0 : key_w0) + get<1>(tKcK(e));
+        if (key < f.seqlen_k && col < f.head_dim) {
+          dk_head[key * p.dk_stride[1] + col] = static_cast<CudaT>(tKrdK(e) * p.scale);
+          dv_head[key * p.dv_stride[1] + col] = static_cast<CudaT>(tVrdV(e));
+        }
+      }
+    } else {
+      CUTE_UNROLL
+      for (int e = 0; e < size(tKrdK); e += 2) {
+        const int key = key_w0 + get<0>(tKcK(e)), col = get<1>(tKcK(e));
+        if (key < f.seqlen_k && col < f.head_dim) {
+          *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
+              sm80::pack2<CudaT>(tKrdK(e) * p.scale, tKrdK(e + 1) * p.scale);
+          *reinterpret_cast<uint32_t*>(dv_head + key * p.dv_stride[1] + col) =
+              sm80::pack2<CudaT>(tVrdV(e), tVrdV(e + 1));
+        }
       }
     }
   }

@@ -8,6 +8,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -18,9 +19,9 @@
 
 namespace flashtile::cuda::sm90 {
 
-// p.delta holds bwd_stats_floats() floats (D, then the LSE in log2 units); p.dq_accum batch x heads_q x
-// dq_accum_rows(seqlen_q, Traits::kDqOrder) x head_dim floats (the workspace has room for the fragment order's
-// padded rows), or nullptr in the deterministic mode; seqlen_q and seqlen_k are not 0 (cuda_backend.cpp runs
+// p.delta holds bwd_stats_floats() floats (D, then the LSE in log2 units, then the tile counter); p.dq_accum
+// batch x heads_q x dq_accum_rows(seqlen_q, Traits::kDqOrder) x head_dim floats (the workspace has room for the
+// fragment order's padded rows), or nullptr in the deterministic mode; seqlen_q and seqlen_k are not 0 (cuda_backend.cpp runs
 // the sm80 kernels then: there is nothing to load, and a TMA descriptor cannot have an extent of 0).
 template <typename T, int kHeadDim>
 cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
@@ -32,10 +33,18 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   const bool accumulate_dq = p.dq_accum != nullptr;
   const int64_t padded_rows = static_cast<int64_t>(f.batch) * f.heads_q * bwd_padded_rows(f.seqlen_q);
   p.lse_log2 = p.delta + padded_rows;
+  p.tile_counter = reinterpret_cast<int*>(p.lse_log2 + padded_rows);
   p.delta_head_stride = bwd_padded_rows(f.seqlen_q);
   p.n_blocks = (f.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  const int64_t ctas = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
-  if (ctas > INT32_MAX) return cudaErrorInvalidValue;  // block numbers are ints in the kernel
+  // The persistent grid: a CTA per SM (one fits: Traits::kSmemBytes), each taking tiles until there are none.
+  int device = 0, sms = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
+    return err;
+  const int64_t tiles = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
+  // Tile numbers are ints in the kernel, and the counter runs past the last tile by up to a CTA each.
+  if (tiles + sms > INT32_MAX) return cudaErrorInvalidValue;
+  const int64_t ctas = std::min<int64_t>(tiles, sms);
 
   const int64_t dq_accum_floats =
       accumulate_dq ? static_cast<int64_t>(f.batch) * f.heads_q * sm80::dq_accum_rows(f.seqlen_q, Traits::kDqOrder) *

@@ -32,9 +32,12 @@ inline __host__ __device__ int64_t bwd_padded_rows(int64_t seqlen_q) {
   return (seqlen_q + kBwdStatsRowAlign - 1) / kBwdStatsRowAlign * kBwdStatsRowAlign;
 }
 
-// Floats of workspace the padded LSE and D take, together, before the dQ accumulator.
+// Floats of workspace the padded LSE and D take, together, and after them the main kernel's tile counter (one
+// int, in a slot of 1 KB, so that the dQ accumulator behind it keeps the alignment it has from the padded rows:
+// its boxes' rows and the warps' reductions start on cache lines).
+constexpr int64_t kBwdTileCounterFloats = 256;
 inline int64_t bwd_stats_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q) {
-  return 2 * batch * heads_q * bwd_padded_rows(seqlen_q);
+  return 2 * batch * heads_q * bwd_padded_rows(seqlen_q) + kBwdTileCounterFloats;
 }
 
 }  // namespace flashtile::cuda::sm90
