@@ -7,7 +7,7 @@
 //     8-byte load), and 4j + 2, 4j + 3 the same queries eight keys on (so one pair serves four elements);
 //   - dQ's view of the stored dS^T (SmemLayoutDsForDq) is its transpose: (query, key) at the address the
 //     stmatrix of (key, query) wrote.
-// And for D = 192 and 256, whose dQ is added from registers in the fragment order (sm80/dq_accum.hpp): the four
+// And for every head dim, whose dQ is added from registers in the fragment order (sm80/dq_accum.hpp): the four
 // accumulator elements 4j .. 4j + 3 of every thread are rows g and g + 8 of its warp's 16-row band, columns 2t
 // and 2t + 1 of 8-column block j (lane 4g + t), the order of one fragment.
 // Host code only: built with nvcc by .ci/run and run there, no GPU needed. Exit status 1 on the first mismatch.
@@ -77,7 +77,7 @@ bool check_head_dim() {
 template <int kHeadDim>
 bool check_dq_fragments() {
   using Traits = flashtile::cuda::sm90::BwdTraits<cutlass::bfloat16_t, kHeadDim>;
-  static_assert(Traits::kDqOrder == flashtile::cuda::sm80::DqAccumOrder::kFragment, "the wide head dims");
+  static_assert(Traits::kDqOrder == flashtile::cuda::sm80::DqAccumOrder::kFragment, "reductions by fragments");
   using DqCols = typename Traits::DqCols;
   typename Traits::MmaDQ mma_dq;
   for (int tid = 0; tid < 128; ++tid) {
@@ -102,7 +102,8 @@ bool check_dq_fragments() {
 }  // namespace
 
 int main() {
-  const bool ok = check_head_dim<64>() & check_head_dim<96>() & check_head_dim<128>() & check_dq_fragments<192>() &
+  const bool ok = check_head_dim<64>() & check_head_dim<96>() & check_head_dim<128>() & check_dq_fragments<64>() &
+                  check_dq_fragments<96>() & check_dq_fragments<128>() & check_dq_fragments<192>() &
                   check_dq_fragments<256>();
   return ok ? 0 : 1;
 }

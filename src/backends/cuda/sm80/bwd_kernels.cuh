@@ -169,7 +169,7 @@ __device__ __forceinline__ void red_add_global(size_t at, float4 v) {
 }
 
 // dQ = the fp32 accumulator (sums of dS / scale times K) times the scale, in the input dtype (default mode), for
-// the row orders (kPlain, kPairInterleaved): one query row per lane group, 8 columns a lane (accumulator rows are
+// the row order (kPairInterleaved): one query row per lane group, 8 columns a lane (accumulator rows are
 // 32-byte aligned: head dims are multiples of 8).
 template <typename T, int kHeadDim, DqAccumOrder kOrder>
 __global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_rows_kernel(const BwdKernelParams p) {
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_rows_kernel(const 
   T* dst = static_cast<T*>(p.dq) + r.b * p.dq_stride[0] + r.i * p.dq_stride[1] + r.h * p.dq_stride[2] + r.column;
   float2 v[4];  // columns r.column + 2 m and + 1
   const float* src = p.dq_accum + r.index * f.head_dim;
-  if (kOrder == DqAccumOrder::kPlain || !dq_group_interleaved(r.column / 16 * 16, f.head_dim)) {
+  if (!dq_group_interleaved(r.column / 16 * 16, f.head_dim)) {
     const float4 lo = *reinterpret_cast<const float4*>(src + r.column),
                  hi = *reinterpret_cast<const float4*>(src + r.column + 4);
     v[0] = {lo.x, lo.y}, v[1] = {lo.z, lo.w}, v[2] = {hi.x, hi.y}, v[3] = {hi.z, hi.w};

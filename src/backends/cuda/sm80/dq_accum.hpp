@@ -8,11 +8,10 @@
 
 namespace flashtile::cuda::sm80 {
 
-// The dQ accumulator's order (the column kDqOrder). The sm90 backward adds whole tiles into it by TMA, in the
-// plain order (kPlain: rows of head_dim floats), up to D = 128, and above, a thread's wgmma fragments in the
+// The dQ accumulator's order (the column kDqOrder). The sm90 backward adds a thread's wgmma fragments in the
 // fragment order (sm90::BwdTraits::kDqOrder). The sm80 dK/dV kernel adds a thread's mma fragments (ptx.cuh):
 // lane 4g + t holds rows g and g + 8 of a 16-row block, columns 2t and 2t + 1 of each 8-column block.
-//   kPairInterleaved: rows as in kPlain, each 16-column group with its two 8-column halves interleaved a pair at
+//   kPairInterleaved: rows of head_dim floats, each 16-column group with its two 8-column halves interleaved a pair at
 //     a time, columns (2t, 2t + 1, 8 + 2t, 9 + 2t) at 4t .. 4t + 3, so that one 16-byte reduction (sm90:
 //     red.global.add.v4.f32) adds a thread's four columns of two adjacent blocks, half the instructions of 8-byte
 //     ones (the reductions of a step queue in the memory pipe: LG throttle was 13% of the stall samples at
@@ -26,7 +25,7 @@ namespace flashtile::cuda::sm80 {
 //     4 (4g + t), the blocks of a 16-row band in column order: one 16-byte reduction takes a fragment's four
 //     accumulator registers as they are. A head's rows are padded to a multiple of 16
 //     (dq_accum_fragment_rows, below), so rows past the sequence end add into the padding.
-enum class DqAccumOrder { kPlain, kPairInterleaved, kFragment };
+enum class DqAccumOrder { kPairInterleaved, kFragment };
 
 // Rows a head of the accumulator in the fragment order: whole 16-row fragments. The workspace
 // (backward_workspace_size) is sized for these, so it fits whichever order runs.

@@ -29,10 +29,8 @@
 //        keys: both consumers' dS again); at D = 96, dQ += dS_w K_w (every column over the consumer's own 64 keys:
 //        the consumers never wait for each other, but a 48-column half of K's transposed view would start inside
 //        a swizzle atom, which a wgmma operand cannot)
-//        Up to D = 128 dQ's part goes to shared memory (swizzled, two buffers per consumer) and the dQ writer, a
-//        thread of the producer warpgroup, adds it to the accumulator in global memory by TMA reduce-add: no
-//        atomics on the consumers and no wait for the add, one instruction per box; wide, each thread adds its
-//        registers by 16-byte reductions (BwdTraits::kDqOrder);
+//        Each thread adds its part of the box to the accumulator in global memory by 16-byte reductions from its
+//        registers, into the fragment order (BwdTraits::kDqOrder), while the step's last products run;
 //      - dK (times the scale) and dV are stored from registers at the end of the tile;
 //   3. sm80::launch_bwd_dq_convert: dQ = the accumulator times the scale, in the input dtype.
 // The deterministic mode runs bwd_kernel without its dQ part (kAccumulateDq = false: then nothing adds into
@@ -100,18 +98,19 @@ struct BwdTraits {
   // Up to D = 128 the scores are transposed (kScoresT): S^T_w = K_w Q^T and dP^T_w = V_w dO^T, the consumer's 64
   // keys on wgmma's M side. P^T and dS^T then sit in the accumulator registers in the layout of a register A
   // operand, and dV_w += P^T dO, dK_w += dS^T Q take them from there (FlashAttention-3's split): P never goes to
-  // shared memory, only dS^T does (for dQ, which needs both consumers' keys), and dV can start as soon as P is
+  // shared memory, only dS^T does (dQ's product reads it there), and dV can start as soon as P is
   // made. Wide keeps S_w = Q K_w^T: a consumer's 32 keys are below wgmma's 64 rows.
   static constexpr bool kScoresT = !kWide;
-  // The dQ accumulator's order (sm80/dq_accum.hpp). Up to D = 128 a consumer's dQ box goes to shared memory and
-  // one TMA reduce-add takes it into the plain order. Wide, each thread adds its accumulator registers by 16-byte
-  // reductions into the fragment order (FlashAttention-3's choice at D = 256): staging 64 x 256 floats a step in
-  // shared memory and the TMA's read of them were 128 KB of the ~576 KB of shared-memory traffic a D = 256 step
-  // has, on a port the N = 32 products already load hardest; and the step's Q and dO buffers, which held the
-  // staged dQ before (there is no room for dQ buffers of its own), are free once dV and dK are done.
-  static constexpr sm80::DqAccumOrder kDqOrder = kWide ? sm80::DqAccumOrder::kFragment : sm80::DqAccumOrder::kPlain;
+  // The dQ accumulator's order (sm80/dq_accum.hpp): each thread adds its accumulator registers by 16-byte
+  // reductions into the fragment order (a warp's 16-row band, each thread's four floats of an 8-column block
+  // contiguous, so the wgmma accumulator's registers go as they are; FlashAttention-3's choice at D = 256). Wide,
+  // that replaced staging 64 x 256 floats a step in shared memory for a TMA reduce-add (v13: the hand-off
+  // serialized the step); up to D = 128 it replaces staging each consumer's 64 x DqCols box in dQ buffers of its
+  // own for a writer thread's TMA reduce-adds (v16: the staging's stores and the TMA's read of them are 64 KB of a
+  // D = 128 step's shared-memory traffic, and the buffers 64 KB of shared memory).
+  static constexpr sm80::DqAccumOrder kDqOrder = sm80::DqAccumOrder::kFragment;
   // The dQ split, and the query rows of a step: 128 at D = 64, whose products are half as deep as D = 128's, so
-  // that a step's fixed costs (barriers, the dQ hand-off, the loads' waits) are spread over twice the work;
+  // that a step's fixed costs (barriers, the dQ reductions, the loads' waits) are spread over twice the work;
   // 64 above (the registers: the top of this file).
   static constexpr DqSplit kDqSplit = kHeadDim == 64 ? DqSplit::kByRows
                                       : kHeadDim == 96 ? DqSplit::kByKeys
@@ -155,11 +154,6 @@ struct BwdTraits {
       decltype(cute::composition(SmemLayoutDs{},
                                  cute::make_ordered_layout(cute::Shape<M, N>{}, cute::Step<cute::_2, cute::_1>{}))),
       SmemLayoutP>;
-  // A consumer's dQ part, fp32, in 32-column blocks swizzled by 128 bytes, so that a warp's float2 stores of an
-  // accumulator hit each bank once per 128 bytes; the TMA adds it as one box per column block.
-  using DqAtom = cute::GMMA::Layout_K_SW128_Atom<float>;
-  using SmemLayoutDq = decltype(cute::tile_to_shape(DqAtom{}, cute::Shape<cute::_64, DqCols>{}));
-  using SmemLayoutDqBuffers = decltype(cute::tile_to_shape(DqAtom{}, cute::Shape<cute::_64, DqCols, cute::_2>{}));
 
   // One consumer's products. S_w, dP_w: (64 queries, 32 keys) a wgmma; transposed, (64 keys, kBlockM queries).
   using SdPCols = std::conditional_t<kScoresT, M, HalfN>;
@@ -181,26 +175,17 @@ struct BwdTraits {
                                  kScoresT ? cute::GMMA::Major::MN : cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
 
   // q, k, v or dO as (seqlen, head dim, heads, batch) over its strides (the call's head dim: TMA zero-fills the
-  // columns up to kHeadDim); the fp32 dQ accumulator likewise, dense ((batch, head, row, column) in memory: the
-  // plain order, which the TMA adds into up to D = 128).
+  // columns up to kHeadDim).
   static auto rows_tensor(const void* ptr, int seqlen, int head_dim, int heads, int batch, const int64_t* stride) {
     using namespace cute;
     return make_tensor(make_gmem_ptr(static_cast<const T*>(ptr)),
                        make_layout(make_shape(seqlen, head_dim, heads, batch),
                                    make_stride(stride[1], _1{}, stride[2], stride[0])));
   }
-  static auto dq_tensor(float* ptr, int seqlen, int head_dim, int heads, int batch) {
-    using namespace cute;
-    const int64_t head = static_cast<int64_t>(seqlen) * head_dim;
-    return make_tensor(make_gmem_ptr(ptr), make_layout(make_shape(seqlen, head_dim, heads, batch),
-                                                       make_stride(int64_t{head_dim}, _1{}, head, head * heads)));
-  }
   using TmaRows = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                                                rows_tensor(nullptr, 1, 1, 1, 1, nullptr), SmemLayoutQ{}));
   using TmaKeys = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                                                rows_tensor(nullptr, 1, 1, 1, 1, nullptr), SmemLayoutK{}));
-  using TmaDq = decltype(cute::make_tma_copy(cute::SM90_TMA_REDUCE_ADD{}, dq_tensor(nullptr, 1, 1, 1, 1),
-                                             SmemLayoutDq{}));
 
   struct SharedStorage {
     alignas(1024) T k[cute::cosize_v<SmemLayoutK>];
@@ -209,17 +194,15 @@ struct BwdTraits {
     alignas(1024) T dout[cute::cosize_v<SmemLayoutQStages>];
     alignas(1024) T p[kScoresT ? 8 : cute::cosize_v<SmemLayoutP>];  // transposed: unused (P stays in registers)
     alignas(1024) T ds[cute::cosize_v<SmemLayoutDs>];
-    alignas(1024) float dq[kConsumers][kWide ? 4 : cute::cosize_v<SmemLayoutDqBuffers>];  // wide: unused
     alignas(16) float lse2[kStages][kBlockM];  // log2 units (bwd_prep_kernel)
     alignas(16) float delta[kStages][kBlockM];
     uint64_t kv_full, kv_empty, full[kStages], empty[kStages];
     uint64_t tile_full[2], tile_empty[2];  // the tile slots: published by the producer, read by all the others
     int tile[2];
-    uint64_t dq_full[kConsumers][2], dq_empty[kConsumers][2];  // up to D = 128: consumer w's dQ buffers
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
-  // D = 64 takes 196 KB (two stages of 128-row Q and dO, 128 x 128 dS, two dQ buffers a consumer), D = 96 and
-  // 128 211 KB, D = 192 162 KB, D = 256 210 KB.
+  // D = 64 takes 132 KB (two stages of 128-row Q and dO, 128 x 128 dS), D = 96 115 KB, D = 128 147 KB, D = 192
+  // 162 KB, D = 256 210 KB.
   static_assert(kSmemBytes <= 227 * 1024, "an sm90 block has at most 227 KB of shared memory");
   static constexpr uint32_t kKvBytes = 2 * kBlockN * kHeadDim * sizeof(T);
   static constexpr uint32_t kStepBytes = 2 * kBlockM * kHeadDim * sizeof(T) + 2 * kBlockM * sizeof(float);
@@ -227,17 +210,15 @@ struct BwdTraits {
   struct Params {
     TmaRows tma_q, tma_do;
     TmaKeys tma_k, tma_v;
-    TmaDq tma_dq;
     BwdKernelParams p;
   };
 };
 
 // D = rowsum(dO * O) and the LSE in log2 units (lse_log2: rows that saw no key get 0) for one workspace row per
 // lane group (sm80::LaneRow), rows (batch, head, padded row); the padding rows get 0 for both (their Q and dO load
-// as zeros, so they add nothing to dK and dV, and their dQ is clipped by the TMA or, wide, added into the
-// accumulator's padding rows or not at all, past them; the conversion reads neither). The dQ accumulator is zeroed
-// in the same pass (sm80::zero_dq_accum: dq_accum_floats, 0 in the deterministic mode), and the main kernel's tile
-// counter.
+// as zeros, so they add nothing to dK and dV, and their dQ is added into the accumulator's padding rows or not
+// at all, past them; the conversion reads neither). The dQ accumulator is zeroed in the same pass
+// (sm80::zero_dq_accum: dq_accum_floats, 0 in the deterministic mode), and the main kernel's tile counter.
 template <typename CudaT, int kHeadDim>
 __global__ void __launch_bounds__(sm80::kRowThreads) bwd_prep_kernel(const BwdKernelParams p, int64_t dq_accum_floats) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
@@ -339,7 +320,7 @@ struct BwdTile {
   }
 };
 
-// The tile slots through which the producer hands the CTA's tiles to the consumers and the dQ writer: a 4-byte
+// The tile slots through which the producer hands the CTA's tiles to the consumers: a 4-byte
 // shared store and load as asm volatile statements, so that they stay on their side of the mbarrier arrive and
 // wait around them (cutlass's barrier asm has no memory clobber).
 __device__ __forceinline__ void st_shared_int(int* p, int v) {
@@ -367,7 +348,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   constexpr DqSplit kDqSplit = Traits::kDqSplit;
   constexpr bool kWide = Traits::kWide, kKvByDims = Traits::kKvByDims;
   constexpr bool kScoresT = Traits::kScoresT;
-  constexpr bool kDqWriter = kAccumulateDq && !kWide;  // the dQ adds by a writer thread (below), not the consumers
   constexpr bool kSharedDs = kKvByDims || (kAccumulateDq && kDqSplit != DqSplit::kByKeys);
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
@@ -378,8 +358,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto& smem = *reinterpret_cast<typename Traits::SharedStorage*>(smem_raw);
 
   // The persistent grid: CTA c runs tile c (BwdTile), then each tile the counter hands it, until the counter has
-  // run past the last. The producer takes the tiles and publishes each in a slot of smem.tile; the consumers and
-  // the dQ writer read them there.
+  // run past the last. The producer takes the tiles and publishes each in a slot of smem.tile; the consumers read
+  // them there.
   const int tiles = p.n_blocks * f.batch * p.heads_kv;
   // The warpgroup through a shuffle, so that the compiler knows it is the same in every lane of a warp: the
   // consumer's wgmma descriptors (its halves of K and V) are then built in uniform registers, not moved into
@@ -394,28 +374,17 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
     prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
-    prefetch_tma_descriptor(prm.tma_dq.get_tma_descriptor());
     FullBarrier::init(&smem.kv_full, 1);
     EmptyBarrier::init(&smem.kv_empty, Traits::kConsumers * 128);
     for (int slot = 0; slot < 2; ++slot) {
       EmptyBarrier::init(&smem.tile_full[slot], 1);
-      EmptyBarrier::init(&smem.tile_empty[slot], Traits::kConsumers * 128 + (kDqWriter ? 1 : 0));
+      EmptyBarrier::init(&smem.tile_empty[slot], Traits::kConsumers * 128);
     }
     for (int s = 0; s < kStages; ++s) {
       FullBarrier::init(&smem.full[s], 1);
       EmptyBarrier::init(&smem.empty[s], Traits::kConsumers * 128);
     }
-    // Up to D = 128 with dQ, consumer w's dQ buffer d is full once its 128 threads have stored and fenced their
-    // parts, and empty again once the dQ writer's TMA add has read it; empty's phase 0 completes here, so that
-    // the CTA's step n waits for completion n / 2 of its buffer's, without a branch for the first two steps.
-    for (int w = 0; w < Traits::kConsumers; ++w)
-      for (int d = 0; d < 2; ++d) {
-        EmptyBarrier::init(&smem.dq_full[w][d], 128);
-        EmptyBarrier::init(&smem.dq_empty[w][d], 1);
-      }
     cutlass::arch::fence_barrier_init();
-    for (int w = 0; w < Traits::kConsumers; ++w)
-      for (int d = 0; d < 2; ++d) EmptyBarrier::arrive(&smem.dq_empty[w][d]);
   }
   __syncthreads();
 
@@ -424,8 +393,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto sK = make_tensor(make_smem_ptr(smem.k), typename Traits::SmemLayoutK{});
   auto sV = make_tensor(make_smem_ptr(smem.v), typename Traits::SmemLayoutK{});
 
-  // The k-th tile of this CTA as the producer published it (for the consumers and the dQ writer); tiles >= `tiles`
-  // mean none is left.
+  // The k-th tile of this CTA as the producer published it (for the consumers); tiles >= `tiles` mean none is left.
   auto read_tile = [&](int k) {
     EmptyBarrier::wait(&smem.tile_full[k % 2], (k / 2) % 2);
     const int tile = ld_shared_int(&smem.tile[k % 2]);
@@ -435,47 +403,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
 
   if (warpgroup == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<24>();
-    if (kDqWriter && threadIdx.x == 32) {
-      // The dQ writer, one thread of the producer's second warp: each step, each consumer's dQ box, once its
-      // buffer is full, added to the accumulator by TMA (rows past the sequence end and columns past the head dim
-      // are clipped by the descriptor; split by keys, both consumers' boxes are the same one; a box wholly past
-      // the sequence end, split by rows the last step's second half, is not issued); the buffers are empty again
-      // once the adds have read them. So the consumers neither wait for each other after their dQ stores nor
-      // issue or wait for the adds (FlashAttention-3 has such a warp too). `step` counts the CTA's steps over
-      // all its tiles, as the consumers' does (the buffers and their phases run on across tiles).
-      const auto dq_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
-      int step = 0;
-      for (int k = 0;; ++k) {
-        const int tile = read_tile(k);
-        if (tile >= tiles) break;
-        const BwdTile t = BwdTile::at<kBlockM, kBlockN>(tile, p);
-        int h = t.hk * f.group, row0 = t.row_first;
-        for (int i = 0; i < t.steps; ++i, ++step) {
-          const int buf = step % 2;
-          CUTE_UNROLL
-          for (int c = 0; c < Traits::kConsumers; ++c) {
-            EmptyBarrier::wait(&smem.dq_full[c][buf], (step / 2) % 2);
-            const int box_row0 = row0 + (kDqSplit == DqSplit::kByRows ? 64 * c : 0);
-            if (box_row0 < f.seqlen_q) {
-              auto sdQ = make_tensor(make_smem_ptr(smem.dq[c]), typename Traits::SmemLayoutDqBuffers{})(_, _, buf);
-              auto gdQ = local_tile(prm.tma_dq.get_tma_tensor(dq_shape)(_, _, h, t.b), Shape<_64, DqCols>{},
-                                    make_coord(box_row0 / 64, kDqSplit == DqSplit::kByColumns ? c : 0));
-              auto [tdQg, tdQs] =
-                  tma_partition(prm.tma_dq, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sdQ), group_modes<0, 2>(gdQ));
-              copy(prm.tma_dq, tdQs, tdQg);
-            }
-          }
-          tma_store_arrive();
-          tma_store_wait<0>();  // the adds have read both buffers
-          CUTE_UNROLL
-          for (int c = 0; c < Traits::kConsumers; ++c) EmptyBarrier::arrive(&smem.dq_empty[c][buf]);
-          row0 += kBlockM;
-          if (row0 >= t.row_end) row0 = t.row_first, ++h;
-        }
-      }
-      asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");  // the adds are done
-      return;
-    }
     if (threadIdx.x != 0) return;
     // The loader: for each tile, its first step's Q, dO, LSE and D (their stage frees two steps before K and V's
     // buffers do), then K and V once both consumers are done with the previous tile's (kv_empty), then the other
@@ -580,9 +507,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     else if constexpr (kDqSplit == DqSplit::kByRows) return sKt;
     else return local_tile(sKt, Shape<DqCols, N>{}, make_coord(w, 0));
   }();
-  // The box of dQ this consumer adds, in 64-row and DqCols-column units of the head's dQ.
-  const int dq_col_box = kDqSplit == DqSplit::kByColumns ? w : 0;
-  auto sdQ = make_tensor(make_smem_ptr(smem.dq[w]), typename Traits::SmemLayoutDqBuffers{});  // (64, DqCols, buffer)
+  // The box of dQ this consumer adds: its first row within the step, and its first column.
+  const int dq_row0 = kDqSplit == DqSplit::kByRows ? 64 * w : 0;
+  const int dq_col0 = kDqSplit == DqSplit::kByColumns ? w * DqCols::value : 0;
 
   // dK and dV live through a tile's steps; S, dP and dQ are declared in the step loop, so that the registers of one
   // step's S and dP are free for its dQ and the next step's S (a wgmma's accumulator is an asm read-write operand:
@@ -607,15 +534,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   auto thr_stsm = stsm.get_thread_slice(tid);
   auto tPsP = thr_stsm.partition_D(sP_w);
   auto tPsdS = thr_stsm.partition_D(sdS_w);
-  auto tQcQ = thr_dq.partition_C(make_identity_tensor(Shape<_64, DqCols>{}));
   // Transposed: when dV, issued as soon as P is made, is waited for. Under dS at D = 96 and 128; at D = 64 (twice
   // the queries a step, so S^T, dP^T, P^T and dS^T take twice the registers) before dS is computed; ptxas
   // serializes every wgmma of the kernel (C7512, too few registers) if dV is still in flight when dS goes to
   // shared memory or, at D = 64, while dS is computed.
   constexpr bool kDvDoneBeforeDs = kBlockM == 128;
 
-  // The tiles. `step` counts the CTA's steps over all of them (the ring of Q and dO stages and the dQ buffers run
-  // on across tiles); `i` is the step within the tile.
+  // The tiles. `step` counts the CTA's steps over all of them (the ring of Q and dO stages runs on across
+  // tiles); `i` is the step within the tile.
   int step = 0;
   for (int k = 0;; ++k) {
     const int tile = read_tile(k);
@@ -632,9 +558,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     for (int i = 0; i < steps; ++i, ++step) {
       const int s = step % kStages;
       FullBarrier::wait(&smem.full[s], (step / kStages) % 2);
-      // This step's dQ buffer has been read by the add of two steps before (waited for here, where few registers
-      // are live: D = 64 with dQ spills more with the wait at the hand-off).
-      if (kDqWriter) EmptyBarrier::wait(&smem.dq_empty[w][step % 2], (step / 2) % 2);
       auto sQt = dims_kv(make_tensor(sQ(_, _, s).data(), typename Traits::SmemLayoutQt{}));
       auto sdOt = dims_kv(make_tensor(sdO(_, _, s).data(), typename Traits::SmemLayoutQt{}));
       auto tSrS = partition_fragment_C(mma_sdp, ScoresShape{});  // (MMA, kBlockM / 64, 1), transposed (MMA, 1, 1)
@@ -656,7 +579,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       auto rdS = make_tensor_like<T>(tSrS);
       // Transposed: S^T -> softcap, mask, and (without a softcap) P^T in place while dP^T is still on the tensor
       // cores; then dV is issued on P^T, dS^T computed while it runs (from the fp32 P^T), and dS^T goes to shared
-      // memory for dQ once the other consumer is done reading the previous step's (the step barrier). The LSE and
+      // memory for dQ once the consumers whose dQ read the previous step's are done (the step barrier where both
+      // read it, else the consumer's own). The LSE and
       // D are per column (query): each column pair's in one 8-byte load where it is used (ld_shared_pair).
       auto grads_t = [&](auto masked) {
         constexpr bool kMasked = decltype(masked)::value;
@@ -777,9 +701,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       // their dQ needs both (kSharedDs), else this consumer's. Untransposed, dV and dK read this consumer's P and
       // dS (by head-dim rows, both consumers'), and dQ the other's dS too (below).
       // dQ is issued before dK (transposed: from dS^T's registers), or at D = 256 before dV and dK, and waited for
-      // alone, so that its hand-off below (transposed: the stores, fence, barrier and TMA add; wide: the
-      // reductions) runs while they are on the tensor cores (wgmma groups complete in the order they were
-      // committed). At D = 192 dQ waits for the other consumer's dS (kDsBarrier), so it goes last.
+      // alone, so that its reductions below run while they are on the tensor cores (wgmma groups complete in the
+      // order they were committed). At D = 192 dQ waits for the other consumer's dS (kDsBarrier), so it goes last.
       auto tQrdQ = partition_fragment_C(mma_dq, Shape<_64, DqCols>{});
       auto issue_dq = [&] {
         issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
@@ -809,20 +732,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         kv_done();
       warpgroup_fence_operand(tQrdQ);
       // The other consumer may rewrite its dS (and P) once this consumer's products that read them are done: dQ,
-      // and by head-dim rows dV and dK too, which with dQ first are waited for after the hand-off.
+      // and by head-dim rows dV and dK too, which with dQ first are waited for after the reductions.
       constexpr bool kArriveAfterKv = kKvByDims && kDqFirst;
       auto arrive_step = [&] {
         if (kSharedDs && i + 1 < steps) asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
       };
       if (!kArriveAfterKv) arrive_step();
 
-      if constexpr (kAccumulateDq && kWide) {
+      if constexpr (kAccumulateDq) {
         // The reductions: this warp's 16 rows of the box (one band of the fragment order; rows past the sequence
         // end within a real band add into its padding), an 8-column block a reduction, the accumulator's four
         // registers of the block as they are (tests/backends/cuda/sm90_bwd_layout_test.cu checks the fragment's
         // order). No branch stands between them: each would wait for the reductions before it to read their
         // registers (the sm80 backward's v5), so a head dim below kHeadDim takes a copy with the column test.
-        const int band0 = row0 + 16 * (tid / 32), col0 = dq_col_box * DqCols::value;
+        // Split by keys (D = 96) both consumers add into the same box.
+        const int band0 = row0 + dq_row0 + 16 * (tid / 32), col0 = dq_col0;
         float* dq_band = p.dq_accum +
                          (static_cast<int64_t>(b) * f.heads_q + h) * sm80::dq_accum_fragment_rows(f.seqlen_q) *
                              f.head_dim +
@@ -841,18 +765,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
           else
             reduce(std::false_type{});
         }
-      }
-      if constexpr (kDqWriter) {
-        // dQ's registers into this step's buffer (free: see the top of the step), two floats per st.shared (a
-        // plain store through the swizzled layout compiled to a generic one), for the dQ writer (above).
-        auto sdQ_step = sdQ(_, _, step % 2);
-        CUTE_UNROLL
-        for (int e = 0; e < size(tQrdQ); e += 2) {
-          const auto at = static_cast<uint32_t>(__cvta_generic_to_shared(&sdQ_step(get<0>(tQcQ(e)), get<1>(tQcQ(e)))));
-          asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(at), "f"(tQrdQ(e)), "f"(tQrdQ(e + 1)));
-        }
-        cutlass::arch::fence_view_async_shared();  // the TMA reads through the async proxy
-        EmptyBarrier::arrive(&smem.dq_full[w][step % 2]);
       }
       if constexpr (kDqFirst) kv_done();
       if (kArriveAfterKv) arrive_step();

@@ -1,5 +1,5 @@
 // Launches the sm90 backward for one (dtype, head dim) instantiation: the LSE and D into the padded workspace
-// and the dQ accumulator cleared (one prep kernel), the TMA descriptors of q, k, v, dO and the accumulator built
+// and the dQ accumulator cleared (one prep kernel), the TMA descriptors of q, k, v and dO built
 // from the call's shapes and strides, the main kernel, then dQ's conversion. Included only by the generated
 // translation units (cmake/cuda_instantiations.cmake), so each kernel compiles once.
 #pragma once
@@ -65,14 +65,7 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
       tma_load(f.q, f.seqlen_q, f.heads_q, f.q_stride, typename Traits::SmemLayoutQ{}),
       tma_load(p.dout, f.seqlen_q, f.heads_q, p.dout_stride, typename Traits::SmemLayoutQ{}),
       tma_load(f.k, f.seqlen_k, p.heads_kv, f.k_stride, typename Traits::SmemLayoutK{}),
-      tma_load(f.v, f.seqlen_k, p.heads_kv, f.v_stride, typename Traits::SmemLayoutK{}),
-      // In the deterministic mode no add is issued; the descriptor (which must exist) then describes the
-      // workspace, never touched through it.
-      cute::make_tma_copy(cute::SM90_TMA_REDUCE_ADD{},
-                          Traits::dq_tensor(accumulate_dq ? p.dq_accum : p.delta, f.seqlen_q, f.head_dim, f.heads_q,
-                                            f.batch),
-                          typename Traits::SmemLayoutDq{}),
-      p};
+      tma_load(f.v, f.seqlen_k, p.heads_kv, f.v_stride, typename Traits::SmemLayoutK{}), p};
   const bool softcap = f.softcap > 0;
   auto kernel = accumulate_dq ? (softcap ? bwd_kernel<Traits, true, true> : bwd_kernel<Traits, false, true>)
                               : (softcap ? bwd_kernel<Traits, true, false> : bwd_kernel<Traits, false, false>);
