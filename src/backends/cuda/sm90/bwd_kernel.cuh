@@ -9,7 +9,7 @@
 //      (a step):
 //      - warpgroup 0 is the producer: it gives its registers away (setmaxnreg), and one thread takes the tiles,
 //        publishes each to the others, and loads the tile's K and V (once the consumers are done with the
-//        previous tile's), and each step's Q and dO (TMA) and LSE and D (bulk copies) into a two-deep ring of
+//        previous tile's), and each step's Q and dO (TMA) and LSE and D (bulk copies) into a ring of kStages
 //        buffers (mbarriers: full when the bytes have landed, empty when both consumers are done with them), so a
 //        tile's first loads run under the previous tile's last products and dK / dV stores;
 //      - warpgroups 1 and 2 are consumers, kBlockN / 2 keys each, meeting only at named barriers. Up to D = 128
@@ -80,7 +80,7 @@ template <typename T, int kHeadDim_>
 struct BwdTraits {
   using Element = T;
   using CudaT = std::conditional_t<std::is_same_v<T, cutlass::bfloat16_t>, __nv_bfloat16, __half>;
-  static constexpr int kHeadDim = kHeadDim_, kStages = 2;
+  static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kConsumers = 2, kThreads = 128 * (kConsumers + 1);
   static_assert(kHeadDim == 64 || kHeadDim == 96 || kHeadDim == 128 || kHeadDim == 192 || kHeadDim == 256,
                 "the sm90 backward's head dims");
@@ -88,6 +88,9 @@ struct BwdTraits {
   // computed transposed (dV^T = dO^T P: a product over 32 keys would have 32 rows, below wgmma's 64).
   static constexpr bool kWide = kHeadDim > 128;
   static constexpr int kBlockN = kWide ? 64 : 128;
+  // The ring of step buffers (Q, dO, LSE and D): a step's rows load once the step kStages before it is done, so
+  // with three they have two steps' time to land. Wide, two: three do not fit beside K, V, P and dS.
+  static constexpr int kStages = kWide ? 2 : 3;
   // dK and dV are split between the consumers by keys (each its kBlockN / 2 keys, every head dim), except at
   // D = 256, where they are split by head-dim rows: consumer w's dV^T = dO^T P over dims [128 w, 128 w + 128) and
   // all 64 keys (both consumers' P and dS), so that the products are 64 keys wide, not 32 (a 64x32x16 wgmma
@@ -201,8 +204,8 @@ struct BwdTraits {
     int tile[2];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
-  // D = 64 takes 132 KB (two stages of 128-row Q and dO, 128 x 128 dS), D = 96 115 KB, D = 128 147 KB, D = 192
-  // 162 KB, D = 256 210 KB.
+  // D = 64 takes 165 KB (three stages of 128-row Q and dO, 128 x 128 dS), D = 96 139 KB, D = 128 179 KB,
+  // D = 192 162 KB, D = 256 210 KB.
   static_assert(kSmemBytes <= 227 * 1024, "an sm90 block has at most 227 KB of shared memory");
   static constexpr uint32_t kKvBytes = 2 * kBlockN * kHeadDim * sizeof(T);
   static constexpr uint32_t kStepBytes = 2 * kBlockM * kHeadDim * sizeof(T) + 2 * kBlockM * sizeof(float);
@@ -404,13 +407,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   if (warpgroup == 0) {  // producer
     cutlass::arch::warpgroup_reg_dealloc<24>();
     if (threadIdx.x != 0) return;
-    // The loader: for each tile, its first step's Q, dO, LSE and D (their stage frees two steps before K and V's
-    // buffers do), then K and V once both consumers are done with the previous tile's (kv_empty), then the other
-    // steps' rows into the two-deep ring, which runs on across tiles (`step` counts the CTA's steps). A tile
-    // without steps loads nothing but still takes its turn at K and V's barriers (an arrive with no bytes), so
-    // that their phases are the tile's number. The next tile is asked of the counter before this one's loads, so
-    // that the atomic's round trip runs under them, and published once they are issued: known before the
-    // consumers finish this one.
+    // The loader: for each tile, its first step's Q, dO, LSE and D (their stage frees a step or more before K and
+    // V's buffers do), then K and V once both consumers are done with the previous tile's (kv_empty), then the
+    // other steps' rows into the ring, which runs on across tiles (`step` counts the CTA's steps). A tile without
+    // steps loads nothing but still takes its turn at K and V's barriers (an arrive with no bytes), so that their
+    // phases are the tile's number. The next tile is asked of the counter before this one's loads, so that the
+    // atomic's round trip runs under them, and published once they are issued: known before the consumers finish
+    // this one.
     const auto q_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
     const auto kv_shape = make_shape(f.seqlen_k, f.head_dim, p.heads_kv, f.batch);
     int tile = static_cast<int>(blockIdx.x), step = 0;
