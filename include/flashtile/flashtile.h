@@ -80,7 +80,8 @@ typedef struct {
   int32_t backend;
   int32_t num_threads;
   void* stream;
-  void* workspace;      /* NULL: the library allocates; else ft_backward_workspace_size bytes, 16-byte aligned */
+  void* workspace;      /* NULL: the library allocates; else ft_backward_workspace_size bytes, 16-byte aligned,
+                           used by one call at a time (calls that may overlap need workspaces of their own) */
   size_t workspace_size;
 } ft_bwd_params;
 

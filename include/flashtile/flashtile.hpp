@@ -92,7 +92,8 @@ struct BackwardParams {
   int32_t num_threads = 0;
   void* stream = nullptr;
   void* workspace = nullptr;       // GPU backends: caller memory of backward_workspace_size() bytes, 16-byte
-  size_t workspace_size = 0;       // aligned, or nullptr to let the library allocate it
+  size_t workspace_size = 0;       // aligned, or nullptr to let the library allocate it. One call at a time:
+                                   // calls that may overlap (other streams) need workspaces of their own
 };
 
 Status forward(const ForwardParams& params);
