@@ -171,9 +171,8 @@ __device__ __forceinline__ void red_add_global(size_t at, float4 v) {
 // dQ = the fp32 accumulator (sums of dS / scale times K) times the scale, in the input dtype (default mode), for
 // the row order (kPairInterleaved): one query row per lane group, 8 columns a lane (accumulator rows are
 // 32-byte aligned: head dims are multiples of 8).
-template <typename T, int kHeadDim, DqAccumOrder kOrder>
+template <typename T, int kHeadDim>
 __global__ void __launch_bounds__(kRowThreads) bwd_dq_convert_rows_kernel(const BwdKernelParams p) {
-  static_assert(kOrder != DqAccumOrder::kFragment, "the fragment order has its own kernel, below");
   const FwdKernelParams& f = p.fwd;
   LaneRow<kHeadDim> r;
   if (!r.find(f, f.seqlen_q) || r.column >= f.head_dim) return;
@@ -267,7 +266,7 @@ void launch_bwd_dq_convert(const BwdKernelParams& p, cudaStream_t stream) {
     bwd_dq_convert_fragment_kernel<T><<<static_cast<unsigned>(ctas), kRowThreads, 0, stream>>>(p);
   } else {
     const int64_t rows = static_cast<int64_t>(f.batch) * f.heads_q * f.seqlen_q;
-    bwd_dq_convert_rows_kernel<T, kHeadDim, kOrder><<<LaneRow<kHeadDim>::blocks(rows), kRowThreads, 0, stream>>>(p);
+    bwd_dq_convert_rows_kernel<T, kHeadDim><<<LaneRow<kHeadDim>::blocks(rows), kRowThreads, 0, stream>>>(p);
   }
 }
 

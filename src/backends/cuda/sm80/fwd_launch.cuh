@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backends/cuda/device_sms.hpp"
 #include "backends/cuda/sm80/fwd_fa1_kernel.cuh"
 #include "backends/cuda/sm80/fwd_kernel.cuh"
 
@@ -26,10 +27,8 @@ cudaError_t launch_fwd(const FwdKernelParams& p, cudaStream_t stream) {
   int64_t ctas = (kVariant & kSequentialQBlocks) ? static_cast<int64_t>(p.batch) * p.heads_q : tiles;
   FwdKernelParams ordered = p;  // the persistent walk's order (fwd_tile_order.cuh); a CTA per block: head by head
   if constexpr (Traits::kPersistent || Traits::kHintNextWave) {
-    int device = 0, sms = 0, per_sm = 0;
-    if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-    if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
-      return err;
+    int sms = 0, per_sm = 0;
+    if (cudaError_t err = current_device_sms(&sms); err != cudaSuccess) return err;
     if (cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, Traits::kThreads,
                                                                         Traits::kSmemBytes);
         err != cudaSuccess)

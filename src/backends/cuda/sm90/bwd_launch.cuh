@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/device_sms.hpp"
 #include "backends/cuda/sm80/bwd_launch.cuh"  // launch_bwd_dq: the deterministic mode's dQ
 #include "backends/cuda/sm90/bwd_kernel.cuh"
 #include "backends/cuda/sm90/bwd_launch.hpp"
@@ -37,10 +38,8 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   p.delta_head_stride = bwd_padded_rows(f.seqlen_q);
   p.n_blocks = (f.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
   // The persistent grid: a CTA per SM (one fits: Traits::kSmemBytes), each taking tiles until there are none.
-  int device = 0, sms = 0;
-  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
-    return err;
+  int sms = 0;
+  if (cudaError_t err = current_device_sms(&sms); err != cudaSuccess) return err;
   const int64_t tiles = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
   // Tile numbers are ints in the kernel, and the counter runs past the last tile by up to a CTA each.
   if (tiles + sms > INT32_MAX) return cudaErrorInvalidValue;

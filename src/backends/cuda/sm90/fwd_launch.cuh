@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "backends/cuda/device_sms.hpp"
 #include "backends/cuda/sm90/fwd_kernel.cuh"
 #include "backends/cuda/sm90/fwd_launch.hpp"
 #include "backends/cuda/sm90/fwd_variant.hpp"
@@ -82,10 +83,8 @@ template <typename T, int kHeadDim, int kSchedule>
 cudaError_t launch_fwd(const FwdKernelParams& f, cudaStream_t stream) {
   using Element = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, cutlass::bfloat16_t, cutlass::half_t>;
   constexpr int kConsumers = FwdConfig<kHeadDim>::kConsumers, kConsumersLong = FwdConfig<kHeadDim>::kConsumersLong;
-  int device = 0, sms = 0;
-  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
-  if (cudaError_t err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device); err != cudaSuccess)
-    return err;
+  int sms = 0;
+  if (cudaError_t err = current_device_sms(&sms); err != cudaSuccess) return err;
   using Ordinary = FwdTraits<Element, kHeadDim, kConsumers>;
   if constexpr (kConsumersLong != kConsumers && kSchedule != Schedule::kPingPong) {  // ping-pong pairs two
     using Long = FwdTraits<Element, kHeadDim, kConsumersLong>;
