@@ -29,6 +29,8 @@ struct BwdKernelParams {
                      // round (zeroed by the prep kernel; sm90/bwd_kernel.cuh)
   int smem_limit;   // bytes of shared memory a block may use on this device (the launcher picks a row that fits)
   int n_blocks;     // key blocks per (batch, K/V head), set by the launcher from the row it picks
+  int tail_heads;   // sm90: how many of the last (batch, K/V head)s have their tiles numbered key block major
+                    // (set by the launcher; sm90/bwd_kernel.cuh, BwdTile)
   bool prefetch;    // two step buffers: a step's tiles load while the previous step's products run (set by the
                     // launcher where that keeps the CTAs per SM; sm80/bwd_launch.cuh)
 };

@@ -381,6 +381,9 @@ TEST_F(CudaBackwardSm90, SeveralTilesPerCta) {
       {6, 130, 130, 32, 32, 96, DType::kFloat16, false, false, 50, -1, 0},   // 2 x 6 x 32, dQ split by keys
       {4, 130, 130, 32, 32, 256, DType::kBFloat16, true, false, -1, -1, 0},  // 3 x 4 x 32 (64-key blocks)
       {4, 130, 130, 32, 32, 192, DType::kFloat16, false, false, -1, -1, 20}, // 3 x 4 x 32, softcap
+      // 5 x 4 x 32 causal tiles of unequal length: the first 22 heads' in key block order, the last 106 heads'
+      // key block major (launch_bwd's tail_heads on 132 SMs), the boundary between them inside a batch
+      {4, 400, 520, 32, 32, 64, DType::kFloat16, true, false, -1, -1, 0},
   };
   uint64_t seed = 19400;
   for (const ManyTiles& m : cases) {

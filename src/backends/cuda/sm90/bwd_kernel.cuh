@@ -58,6 +58,7 @@
 #include <utility>
 
 #include "backends/cuda/bwd_kernel_params.hpp"
+#include "backends/cuda/host_device.hpp"
 #include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm80/bwd_kernels.cuh"  // grad_score, lse_log2, pack2, the row kernels
 #include "backends/cuda/sm80/ptx.cuh"          // smem_address
@@ -302,7 +303,9 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 // One tile of the main kernel: kBlockN keys of one (batch, K/V head), and its steps: each query head of the group,
 // times each block of kBlockM query rows that sees a key of the block, from a multiple of kBlockM. Tiles are
 // numbered key block fastest, so that the CTAs at work at one time share their heads' Q and dO in L2 (and under a
-// causal mask the longer tiles of a head come first).
+// causal mask the longer tiles of a head come first), except the last p.tail_heads heads' (set where the steps fall
+// with the key block: launch_bwd), numbered key block major, so that the grid's last tiles are its shortest and
+// the CTAs run dry together (longest first, over a few heads' Q and dO).
 struct BwdTile {
   int n_block, b, hk, key0;
   int row_first, row_end;  // the query rows of a head that the steps walk, [row_first, row_end)
@@ -310,16 +313,38 @@ struct BwdTile {
   template <int kBlockM, int kBlockN>
   __device__ static BwdTile at(int tile, const BwdKernelParams& p) {
     const FwdKernelParams& f = p.fwd;
+    const int heads = f.batch * p.heads_kv, in_order = (heads - p.tail_heads) * p.n_blocks;
+    int bhk;
     BwdTile t;
-    t.n_block = tile % p.n_blocks;
-    const int bhk = tile / p.n_blocks;
+    if (tile < in_order) {
+      t.n_block = tile % p.n_blocks, bhk = tile / p.n_blocks;
+    } else {
+      const int r = tile - in_order;
+      t.n_block = r / p.tail_heads, bhk = heads - p.tail_heads + r % p.tail_heads;
+    }
     t.b = bhk / p.heads_kv, t.hk = bhk % p.heads_kv;
     t.key0 = t.n_block * kBlockN;
-    t.row_first = max(0, t.key0 - f.key_offset - f.window_right) / kBlockM * kBlockM;
-    t.row_end = min(f.seqlen_q, t.key0 + kBlockN - f.key_offset + f.window_left);
-    const int per_head = t.row_first < t.row_end ? (t.row_end - t.row_first + kBlockM - 1) / kBlockM : 0;
-    t.steps = per_head * f.group;
+    t.row_first = first_row<kBlockM>(t.key0, f);
+    t.row_end = end_row<kBlockN>(t.key0, f);
+    t.steps = per_head<kBlockM, kBlockN>(t.key0, f) * f.group;
     return t;
+  }
+  // The query rows a head's steps walk for the block from key0 (both ends grow with key0), and their number of
+  // steps (on the host too: launch_bwd's tail_heads).
+  template <int kBlockM>
+  FLASHTILE_HOST_DEVICE static int first_row(int key0, const FwdKernelParams& f) {
+    const int first = key0 - f.key_offset - f.window_right;
+    return (first > 0 ? first : 0) / kBlockM * kBlockM;
+  }
+  template <int kBlockN>
+  FLASHTILE_HOST_DEVICE static int end_row(int key0, const FwdKernelParams& f) {
+    const int end = key0 + kBlockN - f.key_offset + f.window_left;
+    return f.seqlen_q < end ? f.seqlen_q : end;
+  }
+  template <int kBlockM, int kBlockN>
+  FLASHTILE_HOST_DEVICE static int per_head(int key0, const FwdKernelParams& f) {
+    const int first = first_row<kBlockM>(key0, f), end = end_row<kBlockN>(key0, f);
+    return first < end ? (end - first + kBlockM - 1) / kBlockM : 0;
   }
 };
 
@@ -411,9 +436,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     // V's buffers do), then K and V once both consumers are done with the previous tile's (kv_empty), then the
     // other steps' rows into the ring, which runs on across tiles (`step` counts the CTA's steps). A tile without
     // steps loads nothing but still takes its turn at K and V's barriers (an arrive with no bytes), so that their
-    // phases are the tile's number. The next tile is asked of the counter before this one's loads, so that the
-    // atomic's round trip runs under them, and published once they are issued: known before the consumers finish
-    // this one.
+    // phases are the tile's number. The next tile is asked of the counter as this one's last step is loaded (its
+    // stage free: the consumers are kStages steps from this tile's end), so that the atomic's round trip runs under
+    // those loads and the tile is known before the consumers finish this one. Asked earlier, at the tile's first
+    // loads, a CTA would hold its next tile for the whole of a long causal tile while others ran dry (v15: causal
+    // rows -1 to -7.5%; docs/perf-log.md, sm90 backward v22).
     const auto q_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
     const auto kv_shape = make_shape(f.seqlen_k, f.head_dim, p.heads_kv, f.batch);
     int tile = static_cast<int>(blockIdx.x), step = 0;
@@ -423,7 +450,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       EmptyBarrier::arrive(&smem.tile_full[k % 2]);
       if (tile >= tiles) return;
       const BwdTile t = BwdTile::at<kBlockM, kBlockN>(tile, p);
-      const int next_tile = atomicAdd(p.tile_counter, 1) + static_cast<int>(gridDim.x);
+      auto claim_next = [&] { return atomicAdd(p.tile_counter, 1) + static_cast<int>(gridDim.x); };
+      int next_tile = t.steps == 0 ? claim_next() : 0;
       auto load_kv = [&] {
         if (k > 0) EmptyBarrier::wait(&smem.kv_empty, (k - 1) % 2);
         if (t.steps == 0) {
@@ -447,6 +475,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       for (int i = 0; i < t.steps; ++i, ++step) {
         const int s = step % kStages;
         if (step >= kStages) EmptyBarrier::wait(&smem.empty[s], (step / kStages - 1) % 2);  // step - kStages is done
+        if (i == t.steps - 1) next_tile = claim_next();
         auto gQ = local_tile(prm.tma_q.get_tma_tensor(q_shape)(_, _, h, t.b), Shape<M, D>{},
                              make_coord(row0 / kBlockM, 0));
         auto gdO = local_tile(prm.tma_do.get_tma_tensor(q_shape)(_, _, h, t.b), Shape<M, D>{},
