@@ -75,12 +75,13 @@ __global__ void __launch_bounds__(kThreads0, 1) fwd_wgmma_kernel(const flashtile
     cutlass::arch::fence_view_async_shared();  // generic-proxy writes (cp.async) -> async-proxy reads (wgmma)
     __syncthreads();
     float alpha[2];
+    const bool first_half = c.first_half_only(n * kBlockN, f);
     c.issue_scores(sQ_wg, sK(_, _, stage));
     c.template wait<0>();
     c.template softmax<true>(n * kBlockN, f, alpha);  // the mask on every tile: the harness checks, it does not race
     c.rescale_o(alpha);
     c.make_p();
-    c.issue_accumulate(sVt(_, _, stage));
+    c.issue_accumulate(sVt(_, _, stage), first_half);
     c.template wait<0>();
     __syncthreads();  // both warpgroups are done with this stage before tile n + 2 loads into it
   }

@@ -87,6 +87,7 @@ struct FwdTraits {
   // One consumer warpgroup's products: S (64 x kBlockN) from shared memory; O (64 x kHeadDim) from P in
   // registers and V.
   using MmaQK = decltype(cute::make_tiled_mma(cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, N, D>>()));
+  static_assert(kBlockN % 32 == 0, "P V over half a key tile (Consumer::first_half_only) steps 16 keys");
   using MmaPV = decltype(cute::make_tiled_mma(
       cute::GMMA::rs_op_selector<T, T, float, cute::Shape<cute::_64, D, N>, cute::GMMA::Major::K,
                                  cute::GMMA::Major::MN>()));
@@ -182,6 +183,16 @@ struct Consumer {
   // The products are issued asynchronously (wgmma) and waited for separately, so the kernel can overlap one
   // tile's softmax with the tensor cores' work on its neighbours (fwd_kernel's Schedule).
 
+  // Whether this warpgroup's 64 rows see none of the second half of the key tile at col0 (a causal or
+  // right-bounded window mask, or the sequence's end, passes through its first half: under a causal mask the
+  // first warpgroup's diagonal tile). Then P is 0 there (the mask: such a tile is never a full one), and P V runs
+  // over the first kBlockN / 2 keys only. Rows past the sequence's end count as rows here, so that their (never
+  // stored) scores are masked too. S stays whole: a half-width S into half of its registers made ptxas serialize
+  // the kernels' wgmma (C7511, C7515; docs/perf-log.md, sm90 forward v22).
+  __device__ bool first_half_only(int col0, const FwdKernelParams& f) const {
+    return min(first_row + 63 + f.key_offset + f.window_right, f.seqlen_k - 1) < col0 + kBlockN / 2;
+  }
+
   // Issues S = Q K^T, both operands from shared memory; S is overwritten once it completes.
   template <class SmemQ, class SmemK>
   __device__ void issue_scores(const SmemQ& sQ, const SmemK& sK) {
@@ -199,16 +210,23 @@ struct Consumer {
     warpgroup_commit_batch();
   }
 
-  // Issues O += P V with P from rP (make_p) and V from shared memory.
+  // Issues O += P V with P from rP (make_p) and V from shared memory, over the whole key tile or its first half
+  // (first_half_only).
   template <class SmemVt>
-  __device__ void issue_accumulate(const SmemVt& sVt) {
+  __device__ void issue_accumulate(const SmemVt& sVt, bool first_half) {
     using namespace cute;
     auto tOrV = thr_pv.partition_fragment_B(sVt);
-    warpgroup_fence_operand(tOrO);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int kb = 0; kb < size<2>(rP); ++kb) cute::gemm(mma_pv, rP(_, _, kb), tOrV(_, _, kb), tOrO);
-    warpgroup_commit_batch();
+    auto issue = [&](auto steps) {
+      warpgroup_fence_operand(tOrO);
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int kb = 0; kb < decltype(steps)::value; ++kb) cute::gemm(mma_pv, rP(_, _, kb), tOrV(_, _, kb), tOrO);
+      warpgroup_commit_batch();
+    };
+    if (first_half)
+      issue(Int<kBlockN / 32>{});
+    else
+      issue(Int<kBlockN / 16>{});
   }
 
   // Waits until at most kPending issued products are still running (they finish in issue order).
@@ -448,6 +466,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     auto sQ_wg = local_tile(sQ(_, _, qs), Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0));  // this warpgroup's rows
     cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[qs], (iteration / kQStages) % 2);
     float alpha[2];
+    auto first_half = [&](int n) { return c.first_half_only(n * kBlockN, f); };  // key tile n's
     // One tile's product, issued and waited for, with its stage released: the steps that nothing overlaps.
     auto scores_now = [&] {
       pipeline_k.consumer_wait(state_k);
@@ -458,10 +477,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       pipeline_k.consumer_release(state_k);
       ++state_k;
     };
-    auto accumulate_now = [&] {
+    auto accumulate_now = [&](int n) {
       pipeline_v.consumer_wait(state_v);
       my_turn();
-      c.issue_accumulate(sVt(_, _, state_v.index()));
+      c.issue_accumulate(sVt(_, _, state_v.index()), first_half(n));
       their_turn();
       c.template wait<0>();
       pipeline_v.consumer_release(state_v);
@@ -473,7 +492,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         c.softmax_tile(n * kBlockN, f, alpha);
         c.rescale_o(alpha);
         c.make_p();
-        accumulate_now();
+        accumulate_now(n);
       }
     } else if (blk.n_first <= blk.n_last) {
       // Tile n's scores are issued before tile n - 1's P V, and its softmax runs while that P V is on the
@@ -489,7 +508,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         my_turn();
         c.issue_scores(sQ_wg, sK(_, _, state_k.index()));
         c.rescale_o(alpha);
-        c.issue_accumulate(sVt(_, _, state_v.index()));
+        c.issue_accumulate(sVt(_, _, state_v.index()), first_half(n - 1));
         their_turn();
         c.template wait<1>();  // S(n) is done; P V(n - 1) may still run
         pipeline_k.consumer_release(state_k);
@@ -501,7 +520,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       c.rescale_o(alpha);
       pipeline_v.consumer_wait(state_v);  // the last P V, waited for after the rows' sums are finished
       my_turn();
-      c.issue_accumulate(sVt(_, _, state_v.index()));
+      c.issue_accumulate(sVt(_, _, state_v.index()), first_half(blk.n_last));
       their_turn();
     }
     // The epilogue: the rows' 1 / l and LSE while the last P V runs; then the consumers write O into the
