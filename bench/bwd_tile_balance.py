@@ -11,6 +11,9 @@ CTA ends, for three hand-outs:
     tail   late, and the last `--rounds` x CTAs tiles, in whole heads, numbered key block major (v23)
 
     python3 bench/bwd_tile_balance.py [--sms 132] [--rounds 4] [--fixed 1]
+
+Then grid G's causal rows (GQA: a tile walks its K/V head's `group` query heads, so its steps are `group` times
+an MHA tile's), with the tail counted in K/V heads as for MHA (main) and in query heads (backward v27).
 """
 import argparse
 import heapq
@@ -66,6 +69,20 @@ def main():
                     for t, lead in ((tiles, None), (tiles, 2), (tail_tiles, 2))]
             print(f"D={head_dim:3d} S={seqlen:5d} tiles={len(tiles)} tail_heads={tail_heads:3d}: "
                   + " / ".join(f"{100 * o:.1f}%" for o in over))
+    print("grid G (32 query heads on 8, D=128), causal: the last CTA's end past the mean (tail in K/V heads / in "
+          "query heads)")
+    group, heads_kv = 4, 8
+    for seqlen in (4096, 8192):
+        batch = 2  # peers.py's grid G
+        tiles, n_blocks = tile_steps(batch, heads_kv, seqlen, 128)
+        mean = (group * sum(tiles) + args.fixed * len(tiles)) / args.sms
+        text = []
+        for rows in (n_blocks, n_blocks * group):
+            tail_heads = min(batch * heads_kv, math.ceil(args.rounds * args.sms / rows))
+            tail_tiles, _ = tile_steps(batch, heads_kv, seqlen, 128, tail_heads)
+            end = makespan([group * t for t in tail_tiles], args.sms, 2, args.fixed)
+            text.append(f"{tail_heads} K/V heads {100 * (end / mean - 1):.1f}%")
+        print(f"S={seqlen:5d} tiles={len(tiles)}: " + " / ".join(text))
 
 
 if __name__ == "__main__":
