@@ -48,8 +48,12 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   // block: a block's first row only grows with it), the last heads' tiles go longest first, so that the grid ends
   // on short tiles: kTailRounds rounds of the grid's tiles, in whole heads (few enough that their Q and dO stay
   // in L2). A count of the hand-out over grid A's causal shapes (steps of equal cost, bench/bwd_tile_balance.py)
-  // put the last CTA's end 3-7% past the mean's with every head in key-block order, 0.2-2% with this. Other
-  // masks keep key-block order (under a left-only window the steps grow with the block).
+  // put the last CTA's end 3-7% past the mean's with every head in key-block order, 0.2-2% with this. Under GQA a
+  // K/V head's tiles walk its `group` query heads, so the rounds are counted in query heads: a tail of whole K/V
+  // heads `group` times the MHA one would hold `group` times the rows at once (grid G's D = 128 S = 8k, 32 query
+  // heads on 8: 36 query heads, over half the call, against 12 this way, for a count of the last CTA 4.8% past
+  // the mean instead of 1.1%). Other masks keep key-block order (under a left-only window the steps grow with the
+  // block).
   constexpr int64_t kTailRounds = 4;
   const int last_key0 = (p.n_blocks - 1) * Traits::kBlockN;
   const bool falling =
@@ -57,7 +61,8 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
       BwdTile::per_head<Traits::kBlockM, Traits::kBlockN>(0, f) >
           BwdTile::per_head<Traits::kBlockM, Traits::kBlockN>(last_key0, f);
   const int64_t heads = static_cast<int64_t>(f.batch) * p.heads_kv;
-  const int64_t tail_heads = std::min<int64_t>(heads, (kTailRounds * ctas + p.n_blocks - 1) / p.n_blocks);
+  const int64_t tail_rows = static_cast<int64_t>(p.n_blocks) * f.group;  // a K/V head's tiles, times its queries
+  const int64_t tail_heads = std::min<int64_t>(heads, (kTailRounds * ctas + tail_rows - 1) / tail_rows);
   p.tail_heads = falling ? static_cast<int>(tail_heads) : 0;
 
   const int64_t dq_accum_floats =
