@@ -12,17 +12,17 @@ import math
 
 from . import _abi
 from ._abi import FlashtileError
-from ._tensors import View, empty_like_library
+from ._tensors import View, empty_like_library, is_torch, torch_layout
 
 __version__ = _abi.lib.ft_version().decode()
 __all__ = ["forward", "backward", "FlashtileError", "__version__"]
 
 
-def _options(opts, softmax_scale, causal, window_size, softcap):
-    opts.softmax_scale = math.nan if softmax_scale is None else float(softmax_scale)
-    opts.causal = int(bool(causal))
-    opts.window_left, opts.window_right = (int(w) for w in window_size)
-    opts.softcap = float(softcap)
+def _options(softmax_scale, causal, window_size, softcap):
+    """ft_options' fields, in order (softmax_scale NaN: the library's default, 1/sqrt(head_dim))."""
+    left, right = (int(w) for w in window_size)
+    return (math.nan if softmax_scale is None else float(softmax_scale), int(bool(causal)), left, right,
+            float(softcap))
 
 
 def _backend(name):
@@ -42,17 +42,25 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
     shape_q, shape_v = tuple(q.shape), tuple(v.shape)
     if len(shape_q) != 4 or len(shape_v) != 4:
         raise ValueError(f"q, v: expected 4 dims (batch, seqlen, heads, head_dim), got {shape_q} and {shape_v}")
+    given = (out is not None, lse is not None)
     if out is None:
         out = empty_like_library(q, shape_q[:3] + shape_v[3:], "same")
     if lse is None:
         lse = empty_like_library(q, (shape_q[0], shape_q[2], shape_q[1]), "float32")
-    views = [View(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (lse, "lse"))]
-    p = _abi.FwdParams()
-    _abi.lib.ft_fwd_params_init(p)
-    p.q, p.k, p.v, p.out, p.lse = (x.tensor for x in views)
-    _options(p.options, softmax_scale, causal, window_size, softcap)
-    p.backend, p.num_threads = _backend(backend), int(num_threads)
-    p.stream = _stream(q, stream)
+    arrays = (q, k, v, out, lse)
+    options = _options(softmax_scale, causal, window_size, softcap) + (backend, num_threads)
+
+    def build():
+        views = [View(x, n) for x, n in zip(arrays, _FWD_TENSORS)]
+        p = _abi.FwdParams()
+        _abi.lib.ft_fwd_params_init(p)
+        p.q, p.k, p.v, p.out, p.lse = (x.tensor for x in views)
+        p.options = _abi.Options(*options[:5])
+        p.backend, p.num_threads = _backend(backend), int(num_threads)
+        p.views = views  # what the pointers depend on (DLPack capsules), alive until the call returns
+        return p
+
+    p = _prepared(_FWD_CALLS, arrays, given, options, build, _stream(q, stream))
     _abi.call(_abi.lib.ft_forward, p)
     return out, lse
 
@@ -61,28 +69,54 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
              deterministic=False, dq=None, dk=None, dv=None, backend="auto", num_threads=0, stream=None):
     """Attention backward from the forward's out and lse (which may come from elsewhere, SPEC.md). Returns
     (dq, dk, dv) shaped like q, k, v; for GQA, dk and dv are summed over each group's query heads."""
+    given = (dq is not None, dk is not None, dv is not None)
     dq = empty_like_library(q, tuple(q.shape), "same") if dq is None else dq
     dk = empty_like_library(q, tuple(k.shape), "same") if dk is None else dk
     dv = empty_like_library(q, tuple(v.shape), "same") if dv is None else dv
-    named = ((q, "q"), (k, "k"), (v, "v"), (out, "out"), (lse, "lse"), (dout, "dout"), (dq, "dq"), (dk, "dk"),
-             (dv, "dv"))
-    views = [View(x, n) for x, n in named]
-    p = _abi.BwdParams()
-    _abi.lib.ft_bwd_params_init(p)
-    p.q, p.k, p.v, p.out, p.lse, p.dout, p.dq, p.dk, p.dv = (x.tensor for x in views)
-    _options(p.options, softmax_scale, causal, window_size, softcap)
-    p.deterministic, p.backend, p.num_threads = int(bool(deterministic)), _backend(backend), int(num_threads)
-    p.stream = _stream(q, stream)
+    arrays = (q, k, v, out, lse, dout, dq, dk, dv)
+    options = _options(softmax_scale, causal, window_size, softcap) + (bool(deterministic), backend, num_threads)
+
+    def build():
+        views = [View(x, n) for x, n in zip(arrays, _BWD_TENSORS)]
+        p = _abi.BwdParams()
+        _abi.lib.ft_bwd_params_init(p)
+        p.q, p.k, p.v, p.out, p.lse, p.dout, p.dq, p.dk, p.dv = (x.tensor for x in views)
+        p.options = _abi.Options(*options[:5])
+        p.deterministic, p.backend, p.num_threads = int(bool(deterministic)), _backend(backend), int(num_threads)
+        p.views = views  # what the pointers depend on (DLPack capsules), alive until the call returns
+        return p
+
+    p = _prepared(_BWD_CALLS, arrays, given, options, build, _stream(q, stream))
     _abi.call(_abi.lib.ft_backward, p)
     return dq, dk, dv
+
+
+_FWD_TENSORS = ("q", "k", "v", "out", "lse")
+_BWD_TENSORS = ("q", "k", "v", "out", "lse", "dout", "dq", "dk", "dv")
+_FWD_CALLS = _abi.PreparedCalls(_abi.FwdParams, _FWD_TENSORS)
+_BWD_CALLS = _abi.PreparedCalls(_abi.BwdParams, _BWD_TENSORS)
+
+
+def _prepared(calls, arrays, given, options, build, stream):
+    """The call's parameter struct: from `calls` by shape for torch tensors (the inputs' dtypes, devices, shapes
+    and strides, those of the outputs the caller gave, which `given` flags, and the options make the key; outputs
+    allocated here follow from the inputs), built afresh for other arrays (a DLPack view must stay alive)."""
+    if not all(map(is_torch, arrays)):
+        p = build()
+        p.stream = stream
+        return p
+    n_in = len(arrays) - len(given)
+    key = (tuple(torch_layout(t) for t in arrays[:n_in]),
+           tuple(torch_layout(t) if g else None for t, g in zip(arrays[n_in:], given)), given, options)
+    return calls.params(key, build, arrays, stream)
 
 
 def _stream(ref, stream):
     if stream is not None:
         return int(stream)
-    if type(ref).__module__.startswith("torch") and ref.is_cuda:
+    if is_torch(ref) and ref.is_cuda:
         import torch
-        return torch.cuda.current_stream(ref.device).cuda_stream
+        return torch.cuda.current_stream(ref.get_device()).cuda_stream
     return None
 
 

@@ -5,6 +5,7 @@ version: the wheel carries libflashtile.so, and this file mirrors the header's s
 """
 import ctypes
 import os
+import struct
 
 FT_F32, FT_F16, FT_BF16 = 0, 1, 2
 FT_CPU, FT_CUDA = 0, 1
@@ -71,6 +72,37 @@ def _load():
 
 
 lib = _load()
+
+
+class PreparedCalls:
+    """Filled parameter structs kept by call shape. A call whose tensors have the dtypes, devices, shapes and
+    strides, and whose options are, those of an earlier call copies that call's struct and writes only the data
+    pointers and the stream into it: building the five to nine ft_tensors afresh is most of the Python layer's
+    per-call time, which a short kernel waits for. Each call fills its own copy, so threads never share one."""
+
+    _POINTER = struct.Struct("P")
+
+    def __init__(self, params_type, tensor_fields, limit=256):
+        self._type = params_type
+        self._data = [getattr(params_type, f).offset + Tensor.data.offset for f in tensor_fields]
+        self._stream = params_type.stream.offset
+        self._templates = {}
+        self._limit = limit  # distinct call shapes kept; past it the cache starts again (shapes rarely vary that much)
+
+    def params(self, key, build, tensors, stream):
+        """The struct for `key` with `tensors`' data pointers (in tensor_fields' order) and `stream` (an int or
+        None). build() makes, and checks, a filled struct the first time a key is seen."""
+        template = self._templates.get(key)
+        if template is None:
+            if len(self._templates) >= self._limit:
+                self._templates.clear()
+            template = self._templates[key] = bytes(build())
+        buf = bytearray(template)
+        pack = self._POINTER.pack_into
+        for offset, t in zip(self._data, tensors):
+            pack(buf, offset, t.data_ptr())
+        pack(buf, self._stream, stream or 0)
+        return self._type.from_buffer(buf)
 
 
 def call(fn, params, *extra):

@@ -33,8 +33,13 @@ _TORCH_DTYPES = {}  # torch.dtype -> ft dtype, filled on the first torch tensor 
 _Dims = ctypes.c_int64 * 4
 
 
-def _is_torch(x):
+def is_torch(x):
     return type(x).__module__.startswith("torch")
+
+
+def torch_layout(t):
+    """Everything an ft_tensor of torch tensor t holds but its data pointer (View._from_torch): a cache key."""
+    return t.dtype, t.get_device(), t.shape, t.stride()
 
 
 def _torch_dtype(dtype):
@@ -49,7 +54,7 @@ class View:
 
     def __init__(self, array, name):
         self.array, self.name = array, name
-        if _is_torch(array):
+        if is_torch(array):
             self._from_torch(array)
         else:
             self.tensor = _abi.Tensor()
@@ -101,7 +106,7 @@ class View:
 
 def empty_like_library(ref, shape, dtype_name):
     """A new array of `shape` from the library `ref` comes from, on ref's device; dtype 'same' or 'float32'."""
-    if _is_torch(ref):
+    if is_torch(ref):
         import torch
         return torch.empty(shape, dtype=ref.dtype if dtype_name == "same" else torch.float32, device=ref.device)
     module = sys.modules[type(ref).__module__.split(".")[0]]

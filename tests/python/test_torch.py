@@ -128,3 +128,43 @@ def test_bad_inputs_raise_clear_errors(device):
             flashtile.flash_attn_func(q, q, q.cpu())
         with pytest.raises(flashtile.FlashtileError, match="float16 or bfloat16"):
             flashtile.flash_attn_func(q, q, q)  # float32 on the GPU
+
+
+def test_repeated_calls_reuse_nothing_but_the_layout():
+    # A call with the shapes, strides and options of an earlier one reuses that call's C struct (flashtile's
+    # prepared calls) and must still read its own tensors: new data, a strided view of the same shape, other
+    # options and other outputs, interleaved, each against the reference; and threads calling at once.
+    torch.manual_seed(1)
+
+    def inputs():
+        return [torch.randn(1, 64, h, 32, dtype=torch.float32) for h in (4, 2, 2)]
+
+    first, second = inputs(), inputs()
+    strided = [x.transpose(1, 2).contiguous().transpose(1, 2) for x in second]  # same shape, head-major strides
+    for _ in range(2):
+        for (q, k, v), causal in ((first, True), (second, True), (strided, True), (second, False), (first, False)):
+            torch.testing.assert_close(flashtile.flash_attn_func(q, k, v, causal=causal).double(),
+                                       reference(q, k, v, causal), atol=1e-4, rtol=1e-4)
+    out, lse = torch.empty_like(first[0]), torch.empty(1, 4, 64)
+    got, got_lse = flashtile.forward(*first, causal=True, out=out, lse=lse)
+    assert got is out and got_lse is lse
+    torch.testing.assert_close(out.double(), reference(*first, True), atol=1e-4, rtol=1e-4)
+
+    import threading
+    problems = [inputs() for _ in range(4)]
+    alone = [flashtile.forward(*x, causal=True, num_threads=1)[0] for x in problems]
+    mismatches = []
+
+    def run(i):  # each thread's outputs, bitwise those of the same call made alone
+        for _ in range(50):
+            if not torch.equal(flashtile.forward(*problems[i], causal=True, num_threads=1)[0], alone[i]):
+                mismatches.append(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(problems))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not mismatches
+    for (q, k, v), out in zip(problems, alone):
+        torch.testing.assert_close(out.double(), reference(q, k, v, True), atol=1e-4, rtol=1e-4)
