@@ -76,7 +76,7 @@ typedef struct {
   ft_tensor q, k, v, out, lse, dout;
   ft_tensor dq, dk, dv;
   ft_options options;
-  int32_t deterministic; /* nonzero: bitwise-identical gradients (CUDA: no dQ atomics, slower) */
+  int32_t deterministic; /* nonzero: bitwise-identical gradients (CUDA: dQ added in a fixed order, slower) */
   int32_t backend;
   int32_t num_threads;
   void* stream;

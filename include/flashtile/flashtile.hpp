@@ -86,8 +86,9 @@ struct BackwardParams {
   Tensor dq, dk, dv;               // written; for GQA, dk/dv are summed over the query heads of a group
   AttentionOptions options;
   bool deterministic = false;      // bitwise-identical gradients across runs. The CPU backends always are; on
-                                   // CUDA the default adds dQ with fp32 atomics (order varies) and this flag
-                                   // recomputes S and dP per query block instead (slower, no atomics)
+                                   // CUDA the default adds dQ with fp32 atomics (order varies), and this flag
+                                   // makes the sm90 kernels add in a fixed order (key block by key block) and the
+                                   // sm80 kernels recompute S and dP per query block instead (slower either way)
   Backend backend = Backend::kAuto;
   int32_t num_threads = 0;
   void* stream = nullptr;
@@ -106,9 +107,9 @@ Status select_backward_backend(const BackwardParams& params, Backend* chosen);
 
 // Bytes of caller-provided workspace a backward call needs (0 for the CPU backends). On CUDA: 8 bytes per query
 // row, the rows of each (batch, head) rounded up to a multiple of 128 (D = rowsum(dO * O) and the LSE, as the sm90
-// kernels lay them out; the same size for either kernel family), 1 KB (the sm90 kernel's tile counter), plus,
-// unless deterministic, the fp32 dQ accumulator (4 * head_dim bytes per row, the rows of each (batch, head) rounded
-// up to a multiple of 16).
+// kernels lay them out; the same size for either kernel family), 1 KB (the sm90 kernel's tile counter), the fp32
+// dQ accumulator (4 * head_dim bytes per row, the rows of each (batch, head) rounded up to a multiple of 16), and
+// when deterministic 4 bytes per 64 of those 128-rounded rows (the sm90 kernels' counts of dQ additions).
 Status backward_workspace_size(const BackwardParams& params, size_t* bytes);
 
 const char* backend_name(Backend backend);

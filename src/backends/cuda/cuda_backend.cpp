@@ -382,7 +382,7 @@ Status forward(const ForwardParams& params, const Problem& p, Backend backend) {
 }
 
 BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& problem, int block_m, int smem_limit,
-                                float* delta, float* dq_accum) {
+                                float* delta, float* dq_accum, int* dq_turns) {
   ForwardParams f;
   f.q = params.q, f.k = params.k, f.v = params.v, f.out = params.out, f.lse = params.lse;
   Problem with_lse = problem;
@@ -398,25 +398,31 @@ BwdKernelParams make_bwd_params(const BackwardParams& params, const Problem& pro
   k.scale = problem.scale;
   k.delta = delta;
   k.dq_accum = dq_accum;
+  k.dq_turns = dq_turns;
   k.smem_limit = smem_limit;
   return k;
 }
 
-// The workspace: the per-row statistics, then, unless deterministic, the fp32 dQ accumulator. The statistics are
-// D = rowsum(dO * O), one float per query row, for the sm80 kernels; D and the LSE in log2 units, each padded to
-// a multiple of 128 rows a head, and a 1 KB slot for a tile counter behind them, for the sm90 ones
-// (sm90::bwd_stats_floats, a multiple of 256 floats). The workspace has room for the larger whichever family runs,
-// so a size asked for one backend fits another (the accumulator's rows for the sm80 fragment order too:
-// dq_accum_fragment_rows); and the accumulator stays 16-byte aligned (given an aligned workspace): the kernels add
-// into it 8 and 16 bytes at a time.
+// The workspace: the per-row statistics, the fp32 dQ accumulator, and in the deterministic mode the sm90 kernels'
+// turn counts (one int per 64 rows of a head: sm90::bwd_turns). The statistics are D = rowsum(dO * O), one float
+// per query row, for the sm80 kernels; D and the LSE in log2 units, each padded to a multiple of 128 rows a head,
+// and a 1 KB slot for a tile counter behind them, for the sm90 ones (sm90::bwd_stats_floats, a multiple of 256
+// floats). The workspace has room for the larger whichever family runs, so a size asked for one backend fits
+// another (the accumulator's rows for the sm80 fragment order too: dq_accum_fragment_rows, and the accumulator
+// although the sm80 kernels' deterministic mode has none); and the accumulator stays 16-byte aligned (given an
+// aligned workspace): the kernels add into it 8 and 16 bytes at a time.
 namespace {
 constexpr int64_t kWorkspaceAlignment = 16;
 int64_t stats_floats(const Problem& p) { return sm90::bwd_stats_floats(p.batch, p.heads_q, p.seqlen_q); }
+int64_t accum_floats(const Problem& p) {
+  return p.batch * p.heads_q * sm80::dq_accum_fragment_rows(p.seqlen_q) * p.head_dim;
+}
 }  // namespace
 
 size_t backward_workspace_size(const Problem& p, Backend, bool deterministic) {
-  const int64_t rows = p.batch * p.heads_q * sm80::dq_accum_fragment_rows(p.seqlen_q);
-  return static_cast<size_t>(stats_floats(p) + (deterministic ? 0 : rows * p.head_dim)) * sizeof(float);
+  const int64_t turns = deterministic ? sm90::bwd_turns(p.batch, p.heads_q, p.seqlen_q) : 0;
+  static_assert(sizeof(int) == sizeof(float), "the turn counts take a float's room each");
+  return static_cast<size_t>(stats_floats(p) + accum_floats(p) + turns) * sizeof(float);
 }
 
 Status backward(const BackwardParams& params, const Problem& p, Backend backend) {
@@ -428,7 +434,8 @@ Status backward(const BackwardParams& params, const Problem& p, Backend backend)
   if (p.batch == 0) return {};
   // With no query rows or no keys there is nothing to load, and a TMA descriptor cannot have an extent of 0:
   // the sm80 kernels write the zeros (dK and dV, or dQ) then.
-  if (chosen == Backend::kCudaSm90 && (p.seqlen_q == 0 || p.seqlen_k == 0))
+  const bool sm90_kernel = chosen == Backend::kCudaSm90 && p.seqlen_q > 0 && p.seqlen_k > 0;
+  if (chosen == Backend::kCudaSm90 && !sm90_kernel)
     if (Status s = select_sm80_backward(p, *prop, &kernel); !s.ok()) return s;
   const size_t need = backward_workspace_size(p, chosen, params.deterministic);
   if (params.workspace != nullptr && params.workspace_size < need)
@@ -443,9 +450,14 @@ Status backward(const BackwardParams& params, const Problem& p, Backend backend)
   if (delta == nullptr && need > 0)
     if (cudaError_t err = cudaMallocAsync(reinterpret_cast<void**>(&delta), need, stream); err != cudaSuccess)
       return {StatusCode::kOutOfMemory, std::string("backward workspace: ") + cudaGetErrorString(err)};
-  float* dq_accum = params.deterministic ? nullptr : delta + stats_floats(p);
-  const cudaError_t err =
-      kernel.launch(make_bwd_params(params, p, kernel.block_m, prop->smem_optin, delta, dq_accum), stream);
+  // Deterministic: the sm90 kernels add dQ in key block order (the turn counts), the sm80 ones run a dQ kernel
+  // that needs no accumulator.
+  float* dq_accum = params.deterministic && !sm90_kernel ? nullptr : delta + stats_floats(p);
+  int* dq_turns = params.deterministic && sm90_kernel
+                      ? reinterpret_cast<int*>(delta + stats_floats(p) + accum_floats(p))
+                      : nullptr;
+  const cudaError_t err = kernel.launch(
+      make_bwd_params(params, p, kernel.block_m, prop->smem_optin, delta, dq_accum, dq_turns), stream);
   if (params.workspace == nullptr && delta != nullptr) cudaFreeAsync(delta, stream);
   if (err != cudaSuccess)
     return device_error(chosen == Backend::kCudaSm90 ? "sm90 backward launch" : "sm80 backward launch", err);

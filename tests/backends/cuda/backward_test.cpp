@@ -140,8 +140,8 @@ TEST_F(CudaBackward, BitwiseDeterministicOver50Runs) {
 // in both modes, one float less or an address off 16 bytes is refused before anything runs, and the results equal
 // a call that allocates its own (dQ up to the order of its adds, outside the deterministic mode). The size is D and
 // the LSE, 70 rows padded to 128 a head (room for the sm90 kernels' layout whichever family runs), the sm90 main
-// kernel's tile counter (a 1 KB slot), and unless deterministic the fp32 dQ accumulator, its 70 rows padded to 80
-// a head (the sm80 fragment order, dq_accum.hpp).
+// kernel's tile counter (a 1 KB slot), the fp32 dQ accumulator, its 70 rows padded to 80 a head (the sm80 fragment
+// order, dq_accum.hpp), and in the deterministic mode the sm90 kernels' turn counts, one per 64 of the 128 rows.
 void expect_caller_workspace_works(Backend backend, int64_t head_dim, uint64_t seed) {
   for (bool deterministic : {false, true}) {
     Problem p = make_problem(2, 70, 90, 4, 2, head_dim, DType::kBFloat16);
@@ -158,8 +158,8 @@ void expect_caller_workspace_works(Backend backend, int64_t head_dim, uint64_t s
 
     size_t bytes = 0;
     ASSERT_TRUE(backward_workspace_size(b, &bytes).ok());
-    const size_t rows = 2 * 4 * 80, stats = 2 * 2 * 4 * 128 + 256;
-    EXPECT_EQ(bytes, (stats + (deterministic ? 0 : rows * head_dim)) * sizeof(float))
+    const size_t rows = 2 * 4 * 80, stats = 2 * 2 * 4 * 128 + 256, turns = 2 * 4 * 2;
+    EXPECT_EQ(bytes, (stats + rows * head_dim + (deterministic ? turns : 0)) * sizeof(float))
         << "deterministic " << deterministic;
     ASSERT_TRUE(backward(b).ok());  // the library allocates
     std::string error;
@@ -397,8 +397,23 @@ TEST_F(CudaBackwardSm90, SeveralTilesPerCta) {
   }
 }
 
-// The deterministic mode (the dK/dV kernel without dQ, then the sm80 dQ kernel on the padded D) against the
-// oracle, and bitwise equal over 50 reruns.
+// `runs` runs of the same problem give bitwise-equal gradients (the deterministic mode).
+void expect_bitwise_reruns(const Problem& p, uint64_t seed, int runs) {
+  verify::Case first = verify::Case::make(p, seed, true);
+  ASSERT_TRUE(verify::run_forward_backward(first, Backend::kCudaSm90, Device::kCUDA).ok());
+  const std::vector<double> dq = first.dq.to_doubles(), dk = first.dk.to_doubles(), dv = first.dv.to_doubles();
+  for (int run = 1; run < runs; ++run) {
+    verify::Case c = verify::Case::make(p, seed, true);
+    ASSERT_TRUE(verify::run_forward_backward(c, Backend::kCudaSm90, Device::kCUDA).ok());
+    ASSERT_EQ(c.dq.to_doubles(), dq) << p.describe() << " run " << run;
+    ASSERT_EQ(c.dk.to_doubles(), dk) << p.describe() << " run " << run;
+    ASSERT_EQ(c.dv.to_doubles(), dv) << p.describe() << " run " << run;
+  }
+}
+
+// The deterministic mode (dQ added in key block order: the turn counts, sm90/bwd_kernel.cuh) against the oracle,
+// and bitwise equal over 50 reruns: causal tiles of two key blocks, and full rows with more tiles than SMs at
+// D = 96, where both consumers add into one box in turn.
 TEST_F(CudaBackwardSm90, DeterministicMode) {
   uint64_t seed = 19500;
   for (int64_t d : {64, 96, 128, 192, 256})
@@ -410,19 +425,47 @@ TEST_F(CudaBackwardSm90, DeterministicMode) {
       p.layout = d == 96 ? Layout::kPadded : Layout::kContiguous;
       expect_pass(p, seed++, Backend::kCudaSm90);
     }
-  Problem p = make_problem(64, 200, 200, 4, 2, 128, DType::kBFloat16);  // batch >= 60: many CTAs in flight
-  p.deterministic = true;
-  p.options.causal = true;
-  verify::Case first = verify::Case::make(p, seed, true);
-  ASSERT_TRUE(verify::run_forward_backward(first, Backend::kCudaSm90, Device::kCUDA).ok());
-  const std::vector<double> dq = first.dq.to_doubles(), dk = first.dk.to_doubles(), dv = first.dv.to_doubles();
-  for (int run = 1; run < 50; ++run) {
-    verify::Case c = verify::Case::make(p, seed, true);
-    ASSERT_TRUE(verify::run_forward_backward(c, Backend::kCudaSm90, Device::kCUDA).ok());
-    ASSERT_EQ(c.dq.to_doubles(), dq) << "run " << run;
-    ASSERT_EQ(c.dk.to_doubles(), dk) << "run " << run;
-    ASSERT_EQ(c.dv.to_doubles(), dv) << "run " << run;
+  Problem causal = make_problem(64, 200, 200, 4, 2, 128, DType::kBFloat16);  // batch >= 60: many CTAs in flight
+  causal.options.causal = true;
+  Problem full = make_problem(8, 600, 600, 8, 4, 96, DType::kFloat16);  // 5 key blocks x 8 x 4 = 160 tiles
+  for (Problem p : {causal, full}) {
+    p.deterministic = true;
+    expect_pass(p, seed, Backend::kCudaSm90);
+    expect_bitwise_reruns(p, seed++, 50);
   }
+}
+
+// The deterministic mode's order under every mask and dQ split, over several tiles a CTA (more tiles than SMs),
+// with GQA, each against the oracle and bitwise over 10 reruns: the first block of keys to reach a block of rows
+// is not block 0 under a left window. The last problem (no oracle: too long for it) has fewer heads than SMs, so
+// a head's blocks run at once and wait for each other in a chain.
+TEST_F(CudaBackwardSm90, DeterministicModeOverManyTiles) {
+  struct ManyTiles {
+    int64_t batch, sq, sk, hq, hkv, d;
+    DType dtype;
+    bool causal;
+    int64_t left, right;
+  };
+  const ManyTiles cases[] = {
+      {4, 700, 700, 16, 16, 128, DType::kBFloat16, false, -1, -1},  // 6 key blocks x 4 x 16, full
+      {8, 520, 400, 32, 8, 64, DType::kFloat16, true, -1, -1},      // causal, Sq > Sk, 128-row steps, GQA
+      {6, 600, 600, 16, 8, 96, DType::kBFloat16, false, 130, 20},   // window: the first block moves with the rows
+      {4, 300, 300, 16, 16, 256, DType::kFloat16, true, -1, -1},    // 64-key blocks, dK and dV by head-dim rows
+      {4, 260, 260, 16, 8, 192, DType::kBFloat16, false, 70, -1},   // left window only
+  };
+  uint64_t seed = 19550;
+  for (const ManyTiles& m : cases) {
+    Problem p = make_problem(m.batch, m.sq, m.sk, m.hq, m.hkv, m.d, m.dtype);
+    p.options.causal = m.causal;
+    p.options.window_left = m.left;
+    p.options.window_right = m.right;
+    p.deterministic = true;
+    expect_pass(p, seed, Backend::kCudaSm90);
+    expect_bitwise_reruns(p, seed++, 10);
+  }
+  Problem chains = make_problem(1, 4500, 4500, 4, 2, 256, DType::kBFloat16);  // 71 key blocks x 2 K/V heads
+  chains.deterministic = true;
+  expect_bitwise_reruns(chains, seed, 10);
 }
 
 TEST_F(CudaBackwardSm90, CallerWorkspaceOfTheReportedSize) {

@@ -9,7 +9,8 @@
 //     stmatrix of (key, query) wrote.
 // And for every head dim, whose dQ is added from registers in the fragment order (sm80/dq_accum.hpp): the four
 // accumulator elements 4j .. 4j + 3 of every thread are rows g and g + 8 of its warp's 16-row band, columns 2t
-// and 2t + 1 of 8-column block j (lane 4g + t), the order of one fragment.
+// and 2t + 1 of 8-column block j (lane 4g + t), the order of one fragment. And the deterministic mode's order of
+// dQ's additions (check_turn_order).
 // Host code only: built with nvcc by .ci/run and run there, no GPU needed. Exit status 1 on the first mismatch.
 #include <cstdio>
 
@@ -101,9 +102,58 @@ bool check_dq_fragments() {
 
 }  // namespace
 
+// The deterministic mode's order (bwd_kernel's ordered dQ): for every block of rows a step can start at,
+// BwdTile::first_block_reaching is the first key block whose steps include it, and the blocks whose steps do are a
+// range from there (each waits for the ones before it: a gap would leave a count short forever). Brute force over
+// the tiles' own row ranges (first_row, end_row), under masks of every kind, with Sq above, equal to and below Sk.
+template <int kBlockM, int kBlockN>
+bool check_turn_order() {
+  using flashtile::cuda::FwdKernelParams;
+  using flashtile::cuda::sm90::BwdTile;
+  struct Mask {
+    bool causal;
+    int left, right;  // -1: unbounded
+  };
+  const Mask masks[] = {{false, -1, -1}, {true, -1, -1}, {false, 100, -1}, {false, -1, 40},
+                        {false, 70, 20}, {true, 300, -1}, {false, 0, 0},   {false, 513, 1}};
+  const int seqlens[][2] = {{1, 1}, {300, 300}, {700, 260}, {130, 900}, {1024, 1024}, {77, 513}};
+  for (const Mask& m : masks)
+    for (const auto& sizes : seqlens) {
+      FwdKernelParams f{};
+      f.seqlen_q = sizes[0], f.seqlen_k = sizes[1];
+      const int unbounded = f.seqlen_q + f.seqlen_k;
+      f.key_offset = f.seqlen_k - f.seqlen_q;  // bottom-right aligned (KeyRange); causal: right window 0
+      f.window_left = m.left < 0 ? unbounded : m.left;
+      f.window_right = m.causal ? 0 : m.right < 0 ? unbounded : m.right;
+      const int n_blocks = (f.seqlen_k + kBlockN - 1) / kBlockN;
+      for (int row0 = 0; row0 < f.seqlen_q; row0 += kBlockM) {
+        int first = -1, last = -1;
+        bool gap = false;
+        for (int n = 0; n < n_blocks; ++n) {
+          const int key0 = n * kBlockN;
+          const bool reaches = BwdTile::first_row<kBlockM>(key0, f) <= row0 && row0 < BwdTile::end_row<kBlockN>(key0, f);
+          if (!reaches) continue;
+          gap |= last >= 0 && last != n - 1;
+          if (first < 0) first = n;
+          last = n;
+        }
+        if (first >= 0 && (gap || BwdTile::first_block_reaching<kBlockN>(row0, f) != first)) {
+          std::printf("turn order, blocks %d x %d, Sq %d Sk %d, window (%d, %d) offset %d, rows from %d: first block "
+                      "%d, formula %d%s\n", kBlockM, kBlockN, f.seqlen_q, f.seqlen_k, f.window_left, f.window_right,
+                      f.key_offset, row0, first, BwdTile::first_block_reaching<kBlockN>(row0, f),
+                      gap ? ", and the blocks are not a range" : "");
+          return false;
+        }
+      }
+    }
+  std::printf("blocks of %d rows x %d keys: the turn order ok\n", kBlockM, kBlockN);
+  return true;
+}
+
 int main() {
   const bool ok = check_head_dim<64>() & check_head_dim<96>() & check_head_dim<128>() & check_dq_fragments<64>() &
                   check_dq_fragments<96>() & check_dq_fragments<128>() & check_dq_fragments<192>() &
-                  check_dq_fragments<256>();
+                  check_dq_fragments<256>() & check_turn_order<128, 128>() & check_turn_order<64, 128>() &
+                  check_turn_order<64, 64>();
   return ok ? 0 : 1;
 }

@@ -33,9 +33,10 @@
 //        registers, into the fragment order (BwdTraits::kDqOrder), while the step's last products run;
 //      - dK (times the scale) and dV are stored from registers at the end of the tile;
 //   3. sm80::launch_bwd_dq_convert: dQ = the accumulator times the scale, in the input dtype.
-// The deterministic mode runs bwd_kernel without its dQ part (kAccumulateDq = false: then nothing adds into
-// another CTA's output), and the sm80 dQ kernel instead of 3 (one CTA per query block recomputes S and dP), as
-// the sm80 backward does.
+// The deterministic mode (kOrderedDq) is the same three kernels with dQ's additions in a fixed order: for each
+// (batch, query head, block of kBlockM rows) the key blocks that see it add their boxes in key block order, one
+// turn each, counted in p.dq_turns; fp32 additions in one order give the same bits on every run. See "Ordered dQ"
+// at the reductions.
 // The development history of this schedule and what each piece bought: docs/perf-log.md (sm90 backward).
 // Registers per consumer thread: dK and dV (kBlockN / 2 x kHeadDim each: kHeadDim / 2 or / 4 floats each), S and
 // dP (kBlockM x kBlockN / 2 / 128 each), dQ (DqCols / 2): 224 at D = 64, 128 and 256, 208 at 96, 176 at 192,
@@ -222,11 +223,16 @@ struct BwdTraits {
 // lane group (sm80::LaneRow), rows (batch, head, padded row); the padding rows get 0 for both (their Q and dO load
 // as zeros, so they add nothing to dK and dV, and their dQ is added into the accumulator's padding rows or not
 // at all, past them; the conversion reads neither). The dQ accumulator is zeroed in the same pass
-// (sm80::zero_dq_accum: dq_accum_floats, 0 in the deterministic mode), and the main kernel's tile counter.
+// (sm80::zero_dq_accum), and the main kernel's tile counter, and in the deterministic mode the turn counts
+// (`turns` of them).
 template <typename CudaT, int kHeadDim>
-__global__ void __launch_bounds__(sm80::kRowThreads) bwd_prep_kernel(const BwdKernelParams p, int64_t dq_accum_floats) {
+__global__ void __launch_bounds__(sm80::kRowThreads)
+    bwd_prep_kernel(const BwdKernelParams p, int64_t dq_accum_floats, int64_t turns) {
   if (blockIdx.x == 0 && threadIdx.x == 0) *p.tile_counter = 0;
   sm80::zero_dq_accum(p, dq_accum_floats);
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < turns;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    p.dq_turns[i] = 0;
   const FwdKernelParams& f = p.fwd;
   sm80::LaneRow<kHeadDim> r;
   if (!r.find(f, bwd_padded_rows(f.seqlen_q))) return;
@@ -300,12 +306,25 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
 }
 
+// The deterministic mode's turn counts (p.dq_turns): a relaxed load (which does not hold the thread up until its
+// value is used; a fence after it makes it an acquire), the fence, and an increment that releases, at GPU scope.
+__device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
+  int v;
+  asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void fence_acq_rel_gpu() { asm volatile("fence.acq_rel.gpu;\n" ::: "memory"); }
+__device__ __forceinline__ void red_release_gpu_add(int* p, int v) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
 // One tile of the main kernel: kBlockN keys of one (batch, K/V head), and its steps: each query head of the group,
 // times each block of kBlockM query rows that sees a key of the block, from a multiple of kBlockM. Tiles are
 // numbered key block fastest, so that the CTAs at work at one time share their heads' Q and dO in L2 (and under a
 // causal mask the longer tiles of a head come first), except the last p.tail_heads heads' (set where the steps fall
 // with the key block: launch_bwd), numbered key block major, so that the grid's last tiles are its shortest and
-// the CTAs run dry together (longest first, over a few heads' Q and dO).
+// the CTAs run dry together (longest first, over a few heads' Q and dO). The deterministic mode numbers every
+// head's tiles key block major (p.tail_heads: all heads), so that a head's blocks run a round apart.
 struct BwdTile {
   int n_block, b, hk, key0;
   int row_first, row_end;  // the query rows of a head that the steps walk, [row_first, row_end)
@@ -341,6 +360,14 @@ struct BwdTile {
     const int end = key0 + kBlockN - f.key_offset + f.window_left;
     return f.seqlen_q < end ? f.seqlen_q : end;
   }
+  // The first key block whose steps reach the block of rows from row0: those that do are a range (both ends of a
+  // block's rows grow with it), from the first whose end_row is past row0 (truncation takes a negative quotient
+  // to 0 or below, and those to 0).
+  template <int kBlockN>
+  FLASHTILE_HOST_DEVICE static int first_block_reaching(int row0, const FwdKernelParams& f) {
+    const int first = (row0 + f.key_offset - f.window_left) / kBlockN;
+    return first > 0 ? first : 0;
+  }
   template <int kBlockM, int kBlockN>
   FLASHTILE_HOST_DEVICE static int per_head(int key0, const FwdKernelParams& f) {
     const int first = first_row<kBlockM>(key0, f), end = end_row<kBlockN>(key0, f);
@@ -360,7 +387,7 @@ __device__ __forceinline__ int ld_shared_int(const int* p) {
   return v;
 }
 
-template <typename Traits, bool kSoftcap, bool kAccumulateDq>
+template <typename Traits, bool kSoftcap, bool kOrderedDq>
 __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_constant__ typename Traits::Params prm) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using namespace cute;
@@ -376,7 +403,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   constexpr DqSplit kDqSplit = Traits::kDqSplit;
   constexpr bool kWide = Traits::kWide, kKvByDims = Traits::kKvByDims;
   constexpr bool kScoresT = Traits::kScoresT;
-  constexpr bool kSharedDs = kKvByDims || (kAccumulateDq && kDqSplit != DqSplit::kByKeys);
+  constexpr bool kSharedDs = kKvByDims || kDqSplit != DqSplit::kByKeys;
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
@@ -443,14 +470,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     // rows -1 to -7.5%; docs/perf-log.md, sm90 backward v22).
     const auto q_shape = make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch);
     const auto kv_shape = make_shape(f.seqlen_k, f.head_dim, p.heads_kv, f.batch);
-    int tile = static_cast<int>(blockIdx.x), step = 0;
+    // In the deterministic mode every tile is claimed, the first too, so that tiles start in their numbers' order
+    // (ordered dQ waits for lower-numbered tiles only); otherwise CTA c starts on tile c without the atomic.
+    int tile = kOrderedDq ? atomicAdd(p.tile_counter, 1) : static_cast<int>(blockIdx.x), step = 0;
     for (int k = 0;; ++k) {
       if (k >= 2) EmptyBarrier::wait(&smem.tile_empty[k % 2], (k / 2 - 1) % 2);  // every reader has tile k - 2
       st_shared_int(&smem.tile[k % 2], tile);
       EmptyBarrier::arrive(&smem.tile_full[k % 2]);
       if (tile >= tiles) return;
       const BwdTile t = BwdTile::at<kBlockM, kBlockN>(tile, p);
-      auto claim_next = [&] { return atomicAdd(p.tile_counter, 1) + static_cast<int>(gridDim.x); };
+      auto claim_next = [&] {
+        return atomicAdd(p.tile_counter, 1) + (kOrderedDq ? 0 : static_cast<int>(gridDim.x));
+      };
       int next_tile = t.steps == 0 ? claim_next() : 0;
       auto load_kv = [&] {
         if (k > 0) EmptyBarrier::wait(&smem.kv_empty, (k - 1) % 2);
@@ -572,6 +603,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   // shared memory or, at D = 64, while dS is computed.
   constexpr bool kDvDoneBeforeDs = kBlockM == 128;
 
+  // Ordered dQ (the deterministic mode; at the reductions): the count of additions into a (query head, block of
+  // rows) of a batch, and the count this consumer's last reductions went to, not yet incremented.
+  // release_turn fences every thread's reductions (and thread 0's reads of a count: an acquire) and, once all have
+  // (the barrier), increments turns_done.
+  auto turn_count = [&](int b, int h, int row0) {
+    return p.dq_turns + (static_cast<int64_t>(b) * f.heads_q + h) * (padded / kBwdTurnRows) + row0 / kBwdTurnRows;
+  };
+  int* turns_done = nullptr;
+  auto release_turn = [&] {
+    fence_acq_rel_gpu();
+    named_sync(1 + w, 128);
+    if (tid == 0 && turns_done != nullptr) red_release_gpu_add(turns_done, 1);
+    turns_done = nullptr;
+  };
+
   // The tiles. `step` counts the CTA's steps over all of them (the ring of Q and dO stages runs on across
   // tiles); `i` is the step within the tile.
   int step = 0;
@@ -589,6 +635,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     int h = hk * f.group, row0 = row_first;
     for (int i = 0; i < steps; ++i, ++step) {
       const int s = step % kStages;
+      // Ordered dQ: the count of this step's rows, read early by thread 0 so that its round trip runs under the
+      // products (a relaxed load waits for nothing until its value is used, at the reductions).
+      int turns_seen = 0;
+      if (kOrderedDq && tid == 0) turns_seen = ld_relaxed_gpu(turn_count(b, h, row0));
       FullBarrier::wait(&smem.full[s], (step / kStages) % 2);
       auto sQt = dims_kv(make_tensor(sQ(_, _, s).data(), typename Traits::SmemLayoutQt{}));
       auto sdOt = dims_kv(make_tensor(sdO(_, _, s).data(), typename Traits::SmemLayoutQt{}));
@@ -667,12 +717,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         if constexpr (kSoftcap) issue_dv();
         warpgroup_wait<0>();
         warpgroup_fence_operand(tVrdV);
-        if constexpr (kAccumulateDq) {
-          // dS^T is rewritten once every warp of both consumers (kSharedDs: the step barrier) or of this one is
-          // past the previous step's dQ, which read it (a warp's wgmma wait covers its own share only).
-          if (i > 0) named_sync(kSharedDs ? kStepBarrier + w : 1 + w, kSharedDs ? 2 * 128 : 128);
-          copy(stsm, thr_stsm.retile_S(rdS), tPsdS);
-        }
+        // dS^T is rewritten once every warp of both consumers (kSharedDs: the step barrier) or of this one is
+        // past the previous step's dQ, which read it (a warp's wgmma wait covers its own share only).
+        if (i > 0) named_sync(kSharedDs ? kStepBarrier + w : 1 + w, kSharedDs ? 2 * 128 : 128);
+        copy(stsm, thr_stsm.retile_S(rdS), tPsdS);
       };
       // Untransposed (wide): S -> softcap, mask, and (without a softcap) P in place while dP is still on the tensor
       // cores; then dS, P and dS in T in registers, and once the products of the previous step that read them are
@@ -739,10 +787,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       auto issue_dq = [&] {
         issue_mma(mma_dq, thr_dq.partition_fragment_A(sdS_dq), thr_dq.partition_fragment_B(sKt_dq), tQrdQ, false);
       };
-      constexpr bool kDqFirst = kAccumulateDq && (kScoresT || kKvByDims);
+      constexpr bool kDqFirst = kScoresT || kKvByDims;
       if constexpr (kScoresT) {
-        if (kAccumulateDq) named_sync(kSharedDs ? kDsBarrier : 1 + w, kSharedDs ? 2 * 128 : 128);
-        if (kAccumulateDq) issue_dq();
+        named_sync(kSharedDs ? kDsBarrier : 1 + w, kSharedDs ? 2 * 128 : 128);
+        issue_dq();
         issue_mma(mma_kv, acc_as_a_operand(rdS), thr_kv.partition_fragment_B(sQt), tKrdK, true);
       } else {
         named_sync(kKvByDims ? kDsBarrier : 1 + w, kKvByDims ? 2 * 128 : 128);
@@ -750,7 +798,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         issue_mma(mma_kv, thr_kv.partition_fragment_A(sdOt), thr_kv.partition_fragment_B(sPt_kv), tVrdV, true);
         issue_mma(mma_kv, thr_kv.partition_fragment_A(sQt), thr_kv.partition_fragment_B(sdSt_kv), tKrdK, true);
         if (kSharedDs && !kKvByDims) named_sync(kDsBarrier, 2 * 128);
-        if (kAccumulateDq && !kDqFirst) issue_dq();
+        if (!kDqFirst) issue_dq();
       }
       auto kv_done = [&] {  // dV and dK are complete, so this stage's Q, dO, LSE and D are read
         warpgroup_wait<0>();
@@ -771,34 +819,59 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       };
       if (!kArriveAfterKv) arrive_step();
 
-      if constexpr (kAccumulateDq) {
-        // The reductions: this warp's 16 rows of the box (one band of the fragment order; rows past the sequence
-        // end within a real band add into its padding), an 8-column block a reduction, the accumulator's four
-        // registers of the block as they are (tests/backends/cuda/sm90_bwd_layout_test.cu checks the fragment's
-        // order). No branch stands between them: each would wait for the reductions before it to read their
-        // registers (the sm80 backward's v5), so a head dim below kHeadDim takes a copy with the column test.
-        // Split by keys (D = 96) both consumers add into the same box.
-        const int band0 = row0 + dq_row0 + 16 * (tid / 32), col0 = dq_col0;
-        float* dq_band = p.dq_accum +
-                         (static_cast<int64_t>(b) * f.heads_q + h) * sm80::dq_accum_fragment_rows(f.seqlen_q) *
-                             f.head_dim +
-                         static_cast<int64_t>(band0) * f.head_dim + col0 * 16 + (tid % 32) * 4;
-        auto reduce = [&](auto all_columns) {
-          CUTE_UNROLL
-          for (int block = 0; block < DqCols::value / 8; ++block) {
-            if (!decltype(all_columns)::value && col0 + 8 * block >= f.head_dim) break;
-            sm80::red_add(dq_band + block * 128, make_float4(tQrdQ(4 * block), tQrdQ(4 * block + 1),
-                                                             tQrdQ(4 * block + 2), tQrdQ(4 * block + 3)));
-          }
-        };
-        if (band0 < f.seqlen_q) {
-          if (col0 + DqCols::value <= f.head_dim)
-            reduce(std::true_type{});
-          else
-            reduce(std::false_type{});
+      // The reductions: this warp's 16 rows of the box (one band of the fragment order; rows past the sequence
+      // end within a real band add into its padding), an 8-column block a reduction, the accumulator's four
+      // registers of the block as they are (tests/backends/cuda/sm90_bwd_layout_test.cu checks the fragment's
+      // order). No branch stands between them: each would wait for the reductions before it to read their
+      // registers (the sm80 backward's v5), so a head dim below kHeadDim takes a copy with the column test.
+      // Split by keys (D = 96) both consumers add into the same box.
+      const int band0 = row0 + dq_row0 + 16 * (tid / 32), col0 = dq_col0;
+      float* dq_band = p.dq_accum +
+                       (static_cast<int64_t>(b) * f.heads_q + h) * sm80::dq_accum_fragment_rows(f.seqlen_q) *
+                           f.head_dim +
+                       static_cast<int64_t>(band0) * f.head_dim + col0 * 16 + (tid % 32) * 4;
+      auto reduce = [&](auto all_columns) {
+        CUTE_UNROLL
+        for (int block = 0; block < DqCols::value / 8; ++block) {
+          if (!decltype(all_columns)::value && col0 + 8 * block >= f.head_dim) break;
+          sm80::red_add(dq_band + block * 128, make_float4(tQrdQ(4 * block), tQrdQ(4 * block + 1),
+                                                           tQrdQ(4 * block + 2), tQrdQ(4 * block + 3)));
         }
+      };
+      // Ordered dQ (the deterministic mode): the key blocks whose steps reach this block of rows (a range from
+      // BwdTile::first_block_reaching) add in key block order, each once the count of this (batch, head, row
+      // block) shows the blocks before it done, both consumers of each (2 a block); split by keys, where both
+      // consumers add into one box, consumer 1 also waits for consumer 0 (whose increment is not deferred, below). The tiles go key block major (the
+      // launcher's tail_heads), so with more heads than CTAs a head's block n starts a round after its block n - 1
+      // and finds its rows done: under a causal mask block n - 1 is also the longer, and a head's blocks running
+      // at once would wait for each other in a chain (session 34's v26: 1.6-2.3x the default's time). Thread 0
+      // polls the count (its first read was issued at the step's top) while the consumer's barrier holds the
+      // others. A step's increment is deferred to the next step's reductions (or the tile's end): by then its own
+      // reductions are long done, so the fence before the increment does not wait for their round trips. A tile
+      // waits only for tiles numbered below it, every tile is claimed from the counter (the producer), and a
+      // step's increment waits at most for the next step's turn in the same tile, so the lowest unfinished tile
+      // never waits: no deadlock, whichever CTAs are resident.
+      if constexpr (kOrderedDq) {
+        if (tid == 0) {
+          const int turn = 2 * (t.n_block - BwdTile::first_block_reaching<kBlockN>(row0, f)) +
+                           (kDqSplit == DqSplit::kByKeys ? w : 0);
+          while (turns_seen < turn) turns_seen = ld_relaxed_gpu(turn_count(b, h, row0));
+        }
+        release_turn();
+        turns_done = turn_count(b, h, row0);
+      }
+      if (band0 < f.seqlen_q) {
+        if (col0 + DqCols::value <= f.head_dim)
+          reduce(std::true_type{});
+        else
+          reduce(std::false_type{});
       }
       if constexpr (kDqFirst) kv_done();
+      // Split by keys consumer 1 adds into consumer 0's box right after it, in the same step: consumer 0's
+      // increment cannot wait for its next step then (consumer 1 would run a step behind), so it goes now, once
+      // its reductions are done (the fence), after the step's last products.
+      if constexpr (kOrderedDq && kDqSplit == DqSplit::kByKeys)
+        if (w == 0) release_turn();
       if (kArriveAfterKv) arrive_step();
       row0 += kBlockM;
       if (row0 >= row_end) row0 = row_first, ++h;
@@ -806,6 +879,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     // With the step barriers (kSharedDs), each consumer waits at its own in steps 1 .. steps - 1 and the other
     // arrives there after steps 0 .. steps - 2, so none is left open here.
     EmptyBarrier::arrive(&smem.kv_empty);  // every product of this consumer that read K and V is done (kv_done)
+    if constexpr (kOrderedDq) release_turn();  // the tile's last step's turn
 
     // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys: two columns per store,
     // or wide, where an accumulator's neighbours are two keys of one column, one element per store (by head-dim

@@ -13,7 +13,7 @@
 #include <type_traits>
 
 #include "backends/cuda/device_sms.hpp"
-#include "backends/cuda/sm80/bwd_launch.cuh"  // launch_bwd_dq: the deterministic mode's dQ
+#include "backends/cuda/sm80/bwd_launch.cuh"  // launch_bwd_dq_convert
 #include "backends/cuda/sm90/bwd_kernel.cuh"
 #include "backends/cuda/sm90/bwd_launch.hpp"
 #include "backends/cuda/sm90/fwd_launch.cuh"  // tma_safe_strides
@@ -22,16 +22,18 @@ namespace flashtile::cuda::sm90 {
 
 // p.delta holds bwd_stats_floats() floats (D, then the LSE in log2 units, then the tile counter); p.dq_accum
 // batch x heads_q x dq_accum_rows(seqlen_q, Traits::kDqOrder) x head_dim floats (the workspace has room for the
-// fragment order's padded rows), or nullptr in the deterministic mode; seqlen_q and seqlen_k are not 0 (cuda_backend.cpp runs
-// the sm80 kernels then: there is nothing to load, and a TMA descriptor cannot have an extent of 0).
+// fragment order's padded rows); p.dq_turns bwd_turns() ints in the deterministic mode, else nullptr; seqlen_q and
+// seqlen_k are not 0 (cuda_backend.cpp runs the sm80 kernels then: there is nothing to load, and a TMA descriptor
+// cannot have an extent of 0).
 template <typename T, int kHeadDim>
 cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   using Element = std::conditional_t<std::is_same_v<T, __nv_bfloat16>, cutlass::bfloat16_t, cutlass::half_t>;
   using Traits = BwdTraits<Element, kHeadDim>;
   BwdKernelParams p = params;
   const FwdKernelParams& f = p.fwd;
-  if (p.delta == nullptr || f.seqlen_q == 0 || f.seqlen_k == 0) return cudaErrorInvalidValue;  // see above
-  const bool accumulate_dq = p.dq_accum != nullptr;
+  if (p.delta == nullptr || p.dq_accum == nullptr || f.seqlen_q == 0 || f.seqlen_k == 0)
+    return cudaErrorInvalidValue;  // see above
+  const bool ordered_dq = p.dq_turns != nullptr;
   const int64_t padded_rows = static_cast<int64_t>(f.batch) * f.heads_q * bwd_padded_rows(f.seqlen_q);
   p.lse_log2 = p.delta + padded_rows;
   p.tile_counter = reinterpret_cast<int*>(p.lse_log2 + padded_rows);
@@ -53,7 +55,8 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   // heads `group` times the MHA one would hold `group` times the rows at once (grid G's D = 128 S = 8k, 32 query
   // heads on 8: 36 query heads, over half the call, against 12 this way, for a count of the last CTA 4.8% past
   // the mean instead of 1.1%). Other masks keep key-block order (under a left-only window the steps grow with the
-  // block).
+  // block). The deterministic mode numbers every head's tiles that way, whatever the mask (BwdTile, and the
+  // ordered dQ in bwd_kernel).
   constexpr int64_t kTailRounds = 4;
   const int last_key0 = (p.n_blocks - 1) * Traits::kBlockN;
   const bool falling =
@@ -63,14 +66,13 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   const int64_t heads = static_cast<int64_t>(f.batch) * p.heads_kv;
   const int64_t tail_rows = static_cast<int64_t>(p.n_blocks) * f.group;  // a K/V head's tiles, times its queries
   const int64_t tail_heads = std::min<int64_t>(heads, (kTailRounds * ctas + tail_rows - 1) / tail_rows);
-  p.tail_heads = falling ? static_cast<int>(tail_heads) : 0;
+  p.tail_heads = ordered_dq ? static_cast<int>(heads) : falling ? static_cast<int>(tail_heads) : 0;
 
   const int64_t dq_accum_floats =
-      accumulate_dq ? static_cast<int64_t>(f.batch) * f.heads_q * sm80::dq_accum_rows(f.seqlen_q, Traits::kDqOrder) *
-                          f.head_dim
-                    : 0;
+      static_cast<int64_t>(f.batch) * f.heads_q * sm80::dq_accum_rows(f.seqlen_q, Traits::kDqOrder) * f.head_dim;
+  const int64_t turns = ordered_dq ? bwd_turns(f.batch, f.heads_q, f.seqlen_q) : 0;
   using Rows = sm80::LaneRow<kHeadDim>;  // the prep kernel's threads
-  bwd_prep_kernel<T, kHeadDim><<<Rows::blocks(padded_rows), sm80::kRowThreads, 0, stream>>>(p, dq_accum_floats);
+  bwd_prep_kernel<T, kHeadDim><<<Rows::blocks(padded_rows), sm80::kRowThreads, 0, stream>>>(p, dq_accum_floats, turns);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
   // A TMA load of q, k, v or dO as (seqlen, head dim, heads, batch) in tiles of `layout`.
@@ -86,14 +88,13 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
       tma_load(f.k, f.seqlen_k, p.heads_kv, f.k_stride, typename Traits::SmemLayoutK{}),
       tma_load(f.v, f.seqlen_k, p.heads_kv, f.v_stride, typename Traits::SmemLayoutK{}), p};
   const bool softcap = f.softcap > 0;
-  auto kernel = accumulate_dq ? (softcap ? bwd_kernel<Traits, true, true> : bwd_kernel<Traits, false, true>)
-                              : (softcap ? bwd_kernel<Traits, true, false> : bwd_kernel<Traits, false, false>);
+  auto kernel = ordered_dq ? (softcap ? bwd_kernel<Traits, true, true> : bwd_kernel<Traits, false, true>)
+                           : (softcap ? bwd_kernel<Traits, true, false> : bwd_kernel<Traits, false, false>);
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Traits::kSmemBytes);
       err != cudaSuccess)
     return err;
   kernel<<<static_cast<unsigned>(ctas), Traits::kThreads, Traits::kSmemBytes, stream>>>(prm);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
-  if (!accumulate_dq) return sm80::launch_bwd_dq<T, kHeadDim>(p, stream);  // reads D at p.delta_head_stride
   sm80::launch_bwd_dq_convert<T, kHeadDim, Traits::kDqOrder>(p, stream);
   return cudaGetLastError();
 }

@@ -40,4 +40,11 @@ inline int64_t bwd_stats_floats(int64_t batch, int64_t heads_q, int64_t seqlen_q
   return 2 * batch * heads_q * bwd_padded_rows(seqlen_q) + kBwdTileCounterFloats;
 }
 
+// The deterministic mode's counts of dQ additions (BwdKernelParams::dq_turns): one int per 64 padded rows of each
+// (batch, query head), whichever block of rows (64 or 128) the kernel steps by.
+constexpr int kBwdTurnRows = 64;
+inline __host__ __device__ int64_t bwd_turns(int64_t batch, int64_t heads_q, int64_t seqlen_q) {
+  return batch * heads_q * (bwd_padded_rows(seqlen_q) / kBwdTurnRows);
+}
+
 }  // namespace flashtile::cuda::sm90
