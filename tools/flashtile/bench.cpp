@@ -410,8 +410,8 @@ int bench_command(const std::vector<std::string>& args) {
          [&](const std::string& v) { threads = static_cast<int32_t>(parse_int("--threads", v, 0, 4096)); }});
   o.flag("--backward", "", "also time the backward (bwd_ms, bwd_tflops; cpu-flash1 has none)",
          [&] { with_backward = true; });
-  o.flag("--deterministic", "", "with --backward: bitwise-reproducible gradients (CUDA: no dQ atomics), to time "
-         "what that mode costs", [&] { deterministic = true; });
+  o.flag("--deterministic", "", "with --backward: bitwise-reproducible gradients (CUDA: dQ's additions in a fixed "
+         "order), to time what that mode costs", [&] { deterministic = true; });
   o.add({"--verify-rows", "", "N",
          "rows per case checked against the float64 oracle, first and last included; 0 = no check [16]",
          [&](const std::string& v) { verify_rows = parse_int("--verify-rows", v, 0, 1000000); }});
