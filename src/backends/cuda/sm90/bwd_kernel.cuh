@@ -307,7 +307,7 @@ __device__ __forceinline__ void named_sync(int id, int threads) {
 }
 
 // The deterministic mode's turn counts (p.dq_turns): a relaxed load (which does not hold the thread up until its
-// value is used; a fence after it makes it an acquire), the fence, and an increment that releases, at GPU scope.
+// value is used; the fence after it makes it an acquire), the fence, and an increment that releases, at GPU scope.
 __device__ __forceinline__ int ld_relaxed_gpu(const int* p) {
   int v;
   asm volatile("ld.relaxed.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
@@ -605,14 +605,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
 
   // Ordered dQ (the deterministic mode; at the reductions): the count of additions into a (query head, block of
   // rows) of a batch, and the count this consumer's last reductions went to, not yet incremented.
-  // release_turn fences every thread's reductions (and thread 0's reads of a count: an acquire) and, once all have
-  // (the barrier), increments turns_done.
+  // release_turn increments turns_done once every thread of the consumer has issued its reductions (the barrier):
+  // thread 0's release is cumulative over what the barrier ordered before it, so the other threads need no fence
+  // of their own (the pattern of CUTLASS's GenericBarrier; one thread's fence a step instead of 128).
   auto turn_count = [&](int b, int h, int row0) {
     return p.dq_turns + (static_cast<int64_t>(b) * f.heads_q + h) * (padded / kBwdTurnRows) + row0 / kBwdTurnRows;
   };
   int* turns_done = nullptr;
   auto release_turn = [&] {
-    fence_acq_rel_gpu();
     named_sync(1 + w, 128);
     if (tid == 0 && turns_done != nullptr) red_release_gpu_add(turns_done, 1);
     turns_done = nullptr;
@@ -847,7 +847,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       // at once would wait for each other in a chain (session 34's v26: 1.6-2.3x the default's time). Thread 0
       // polls the count (its first read was issued at the step's top) while the consumer's barrier holds the
       // others. A step's increment is deferred to the next step's reductions (or the tile's end): by then its own
-      // reductions are long done, so the fence before the increment does not wait for their round trips. A tile
+      // reductions are long done, so the release (thread 0's fence) does not wait for their round trips. A tile
       // waits only for tiles numbered below it, every tile is claimed from the counter (the producer), and a
       // step's increment waits at most for the next step's turn in the same tile, so the lowest unfinished tile
       // never waits: no deadlock, whichever CTAs are resident.
@@ -856,6 +856,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
           const int turn = 2 * (t.n_block - BwdTile::first_block_reaching<kBlockN>(row0, f)) +
                            (kDqSplit == DqSplit::kByKeys ? w : 0);
           while (turns_seen < turn) turns_seen = ld_relaxed_gpu(turn_count(b, h, row0));
+          fence_acq_rel_gpu();  // the acquire: the blocks before are done, for the consumer (the barrier below)
         }
         release_turn();
         turns_done = turn_count(b, h, row0);
@@ -868,8 +869,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       }
       if constexpr (kDqFirst) kv_done();
       // Split by keys consumer 1 adds into consumer 0's box right after it, in the same step: consumer 0's
-      // increment cannot wait for its next step then (consumer 1 would run a step behind), so it goes now, once
-      // its reductions are done (the fence), after the step's last products.
+      // increment cannot wait for its next step then (consumer 1 would run a step behind), so it goes now, after
+      // the step's last products (the release waits for its reductions).
       if constexpr (kOrderedDq && kDqSplit == DqSplit::kByKeys)
         if (w == 0) release_turn();
       if (kArriveAfterKv) arrive_step();
