@@ -8,18 +8,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 store=.device-all
+# What was built or written into a staged .device (candidate_lib.sh, a call's script) moves to the store, so that
+# neither --restore nor staging again (which replaces .device) loses it.
+keep_new_entries() {
+  for entry in .device/* .device/.[!.]*; do
+    [ -e "$entry" ] && [ ! -e "$store/${entry#.device/}" ] && mv "$entry" "$store/"
+  done
+  return 0
+}
 if [ "${1:-}" = --restore ]; then
   if [ -d "$store" ]; then
-    for entry in .device/* .device/.[!.]*; do  # built while staged (candidate_lib.sh): keep it
-      [ -e "$entry" ] && [ ! -e "$store/${entry#.device/}" ] && mv "$entry" "$store/"
-    done
+    keep_new_entries
     rm -rf .device && mv "$store" .device
   fi
   du -sh .device
   exit 0
 fi
 [ $# -gt 0 ] || { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
-[ -d "$store" ] || mv .device "$store"
+if [ -d "$store" ]; then keep_new_entries; else mv .device "$store"; fi
 rm -rf .device
 mkdir .device
 for part in "$@"; do
