@@ -366,14 +366,25 @@ TEST_F(CudaBackwardSm90, RowsAndKeysNobodySeesAndEmptySequences) {
 // barriers, the ring of step buffers and the step barriers run on from one tile to the next, in every dQ split,
 // with tiles that no query sees among them (the window case: two of each head's three key blocks), GQA, a softcap
 // and the deterministic mode. The other tests' problems have fewer tiles than SMs.
+// A problem of many tiles (SeveralTilesPerCta, DeterministicModeOverManyTiles); window -1: unbounded.
+struct ManyTiles {
+  int64_t batch, sq, sk, hq, hkv, d;
+  DType dtype;
+  bool causal, deterministic;
+  int64_t left, right;
+  float softcap;
+  Problem problem() const {
+    Problem p = make_problem(batch, sq, sk, hq, hkv, d, dtype);
+    p.options.causal = causal;
+    p.options.window_left = left;
+    p.options.window_right = right;
+    p.options.softcap = softcap;
+    p.deterministic = deterministic;
+    return p;
+  }
+};
+
 TEST_F(CudaBackwardSm90, SeveralTilesPerCta) {
-  struct ManyTiles {
-    int64_t batch, sq, sk, hq, hkv, d;
-    DType dtype;
-    bool causal, deterministic;
-    int64_t left, right;
-    float softcap;
-  };
   const ManyTiles cases[] = {
       {8, 100, 100, 48, 48, 128, DType::kBFloat16, false, true, -1, -1, 0},  // 1 key block x 8 x 48, deterministic
       {4, 40, 300, 64, 32, 128, DType::kFloat16, false, false, 3, 0, 0},     // 3 x 4 x 32, 256 without steps
@@ -386,15 +397,7 @@ TEST_F(CudaBackwardSm90, SeveralTilesPerCta) {
       {4, 400, 520, 32, 32, 64, DType::kFloat16, true, false, -1, -1, 0},
   };
   uint64_t seed = 19400;
-  for (const ManyTiles& m : cases) {
-    Problem p = make_problem(m.batch, m.sq, m.sk, m.hq, m.hkv, m.d, m.dtype);
-    p.options.causal = m.causal;
-    p.options.window_left = m.left;
-    p.options.window_right = m.right;
-    p.options.softcap = m.softcap;
-    p.deterministic = m.deterministic;
-    expect_pass(p, seed++, Backend::kCudaSm90);
-  }
+  for (const ManyTiles& m : cases) expect_pass(m.problem(), seed++, Backend::kCudaSm90);
 }
 
 // `runs` runs of the same problem give bitwise-equal gradients (the deterministic mode).
@@ -440,26 +443,16 @@ TEST_F(CudaBackwardSm90, DeterministicMode) {
 // is not block 0 under a left window. The last problem (no oracle: too long for it) has fewer heads than SMs, so
 // a head's blocks run at once and wait for each other in a chain.
 TEST_F(CudaBackwardSm90, DeterministicModeOverManyTiles) {
-  struct ManyTiles {
-    int64_t batch, sq, sk, hq, hkv, d;
-    DType dtype;
-    bool causal;
-    int64_t left, right;
-  };
   const ManyTiles cases[] = {
-      {4, 700, 700, 16, 16, 128, DType::kBFloat16, false, -1, -1},  // 6 key blocks x 4 x 16, full
-      {8, 520, 400, 32, 8, 64, DType::kFloat16, true, -1, -1},      // causal, Sq > Sk, 128-row steps, GQA
-      {6, 600, 600, 16, 8, 96, DType::kBFloat16, false, 130, 20},   // window: the first block moves with the rows
-      {4, 300, 300, 16, 16, 256, DType::kFloat16, true, -1, -1},    // 64-key blocks, dK and dV by head-dim rows
-      {4, 260, 260, 16, 8, 192, DType::kBFloat16, false, 70, -1},   // left window only
+      {4, 700, 700, 16, 16, 128, DType::kBFloat16, false, true, -1, -1, 0},  // 6 key blocks x 4 x 16, full
+      {8, 520, 400, 32, 8, 64, DType::kFloat16, true, true, -1, -1, 0},      // causal, Sq > Sk, 128-row steps, GQA
+      {6, 600, 600, 16, 8, 96, DType::kBFloat16, false, true, 130, 20, 0},   // window: the first block moves
+      {4, 300, 300, 16, 16, 256, DType::kFloat16, true, true, -1, -1, 0},    // 64-key blocks, dK, dV by dim rows
+      {4, 260, 260, 16, 8, 192, DType::kBFloat16, false, true, 70, -1, 0},   // left window only
   };
   uint64_t seed = 19550;
   for (const ManyTiles& m : cases) {
-    Problem p = make_problem(m.batch, m.sq, m.sk, m.hq, m.hkv, m.d, m.dtype);
-    p.options.causal = m.causal;
-    p.options.window_left = m.left;
-    p.options.window_right = m.right;
-    p.deterministic = true;
+    const Problem p = m.problem();
     expect_pass(p, seed, Backend::kCudaSm90);
     expect_bitwise_reruns(p, seed++, 10);
   }
