@@ -824,6 +824,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       // registers of the block as they are (tests/backends/cuda/sm90_bwd_layout_test.cu checks the fragment's
       // order). No branch stands between them: each would wait for the reductions before it to read their
       // registers (the sm80 backward's v5), so a head dim below kHeadDim takes a copy with the column test.
+      // Up to D = 128 written as red.global (inline PTX), not atomicAdd: beside the deterministic mode's fences
+      // the compiler kept atomicAdd's unused result, an ATOMG each, whose replies each step's first turn read
+      // waited for; as REDG that mode ran 1.02x faster at D = 64 and 1.05x at 128, but 0.97x at D = 256 (S = 8k
+      // full 0.88x; docs/perf-log.md, backward v26d, not explained), so D = 192 and 256 keep atomicAdd. The
+      // default kernels compile to the same SASS either way.
       // Split by keys (D = 96) both consumers add into the same box.
       const int band0 = row0 + dq_row0 + 16 * (tid / 32), col0 = dq_col0;
       float* dq_band = p.dq_accum +
@@ -834,8 +839,12 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         CUTE_UNROLL
         for (int block = 0; block < DqCols::value / 8; ++block) {
           if (!decltype(all_columns)::value && col0 + 8 * block >= f.head_dim) break;
-          sm80::red_add(dq_band + block * 128, make_float4(tQrdQ(4 * block), tQrdQ(4 * block + 1),
-                                                           tQrdQ(4 * block + 2), tQrdQ(4 * block + 3)));
+          const float4 v = make_float4(tQrdQ(4 * block), tQrdQ(4 * block + 1), tQrdQ(4 * block + 2),
+                                       tQrdQ(4 * block + 3));
+          if constexpr (Traits::kHeadDim <= 128)
+            sm80::red_add_global(__cvta_generic_to_global(dq_band + block * 128), v);
+          else
+            sm80::red_add(dq_band + block * 128, v);
         }
       };
       // Ordered dQ (the deterministic mode): the key blocks whose steps reach this block of rows (a range from
