@@ -49,22 +49,28 @@ TEST_F(CudaBackward, HeadDimsAndSeqlens) {
       for (int64_t s : {1, 17, 64, 129, 255}) expect_pass(make_problem(2, s, s, 2, 2, d, dt), seed++);
 }
 
+// The masks and softcaps of the MasksGqaSoftcapLayouts tests (sm80 and sm90): causal, a window on either side or
+// both, a softcap alone and with the causal mask.
+struct MaskCase {
+  bool causal;
+  int64_t left, right;
+  float softcap;
+  void apply(Problem& p) const {
+    p.options.causal = causal;
+    p.options.window_left = left;
+    p.options.window_right = right;
+    p.options.softcap = softcap;
+  }
+};
+constexpr MaskCase kMaskCases[] = {{true, -1, -1, 0}, {false, 32, -1, 0}, {false, -1, 7, 0},
+                                   {false, 20, 5, 0}, {false, -1, -1, 30}, {true, -1, -1, 5}};
+
 TEST_F(CudaBackward, MasksGqaSoftcapLayouts) {
-  struct MaskCase {
-    bool causal;
-    int64_t left, right;
-    float softcap;
-  };
-  const MaskCase masks[] = {{true, -1, -1, 0}, {false, 32, -1, 0}, {false, -1, 7, 0},
-                            {false, 20, 5, 0}, {false, -1, -1, 30}, {true, -1, -1, 5}};
   uint64_t seed = 12000;
-  for (const MaskCase& m : masks)
+  for (const MaskCase& m : kMaskCases)
     for (Layout layout : {Layout::kContiguous, Layout::kHeadsFirst, Layout::kPadded}) {
       Problem p = make_problem(2, 97, 130, 6, seed % 2 ? 2 : 3, 64, seed % 2 ? DType::kBFloat16 : DType::kFloat16);
-      p.options.causal = m.causal;
-      p.options.window_left = m.left;
-      p.options.window_right = m.right;
-      p.options.softcap = m.softcap;
+      m.apply(p);
       p.layout = layout;
       p.inputs = seed % 3 == 0 ? Inputs::kPeaked : Inputs::kNormal;
       expect_pass(p, seed++);
@@ -306,25 +312,15 @@ TEST_F(CudaBackwardSm90, HeadDimsAndSeqlens) {
 }
 
 TEST_F(CudaBackwardSm90, MasksGqaSoftcapLayouts) {
-  struct MaskCase {
-    bool causal;
-    int64_t left, right;
-    float softcap;
-  };
-  const MaskCase masks[] = {{true, -1, -1, 0}, {false, 32, -1, 0}, {false, -1, 7, 0},
-                            {false, 20, 5, 0}, {false, -1, -1, 30}, {true, -1, -1, 5}};
   // dQ split by columns (128; wide, through the Q and dO buffers: 256, 192), by rows (64) and by keys (96)
   const int64_t head_dims[] = {128, 64, 96, 256, 192};
   uint64_t seed = 18500;
   int mask_index = 0;
-  for (const MaskCase& m : masks)
+  for (const MaskCase& m : kMaskCases)
     for (Layout layout : {Layout::kContiguous, Layout::kHeadsFirst, Layout::kPadded}) {
       Problem p = make_problem(2, 97, 230, 6, seed % 2 ? 2 : 3, head_dims[(mask_index + seed) % 5],
                                seed % 2 ? DType::kBFloat16 : DType::kFloat16);
-      p.options.causal = m.causal;
-      p.options.window_left = m.left;
-      p.options.window_right = m.right;
-      p.options.softcap = m.softcap;
+      m.apply(p);
       p.layout = layout;
       p.inputs = seed % 3 == 0 ? Inputs::kPeaked : Inputs::kNormal;
       expect_pass(p, seed++, Backend::kCudaSm90);
