@@ -848,18 +848,18 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         }
       };
       // Ordered dQ (the deterministic mode): the key blocks whose steps reach this block of rows (a range from
-      // BwdTile::first_block_reaching) add in key block order, each once the count of this (batch, head, row
-      // block) shows the blocks before it done, both consumers of each (2 a block); split by keys, where both
-      // consumers add into one box, consumer 1 also waits for consumer 0 (whose increment is not deferred, below). The tiles go key block major (the
-      // launcher's tail_heads), so with more heads than CTAs a head's block n starts a round after its block n - 1
-      // and finds its rows done: under a causal mask block n - 1 is also the longer, and a head's blocks running
-      // at once would wait for each other in a chain (session 34's v26: 1.6-2.3x the default's time). Thread 0
-      // polls the count (its first read was issued at the step's top) while the consumer's barrier holds the
-      // others. A step's increment is deferred to the next step's reductions (or the tile's end): by then its own
-      // reductions are long done, so the release (thread 0's fence) does not wait for their round trips. A tile
-      // waits only for tiles numbered below it, every tile is claimed from the counter (the producer), and a
-      // step's increment waits at most for the next step's turn in the same tile, so the lowest unfinished tile
-      // never waits: no deadlock, whichever CTAs are resident.
+      // BwdTile::first_block_reaching) add in key block order, each once the count of this (batch, head, row block)
+      // shows the blocks before it done, both consumers of each (2 a block); split by keys, where both consumers add
+      // into one box, consumer 1 also waits for consumer 0 (whose increment is not deferred, below). The tiles go key
+      // block major (the launcher's tail_heads), so with more heads than CTAs a head's block n starts a round after its
+      // block n - 1 and finds its rows done: under a causal mask block n - 1 is also the longer, and a head's blocks
+      // running at once would wait for each other in a chain (session 34's v26: 1.6-2.3x the default's time). Thread 0
+      // polls the count (its first read was issued at the step's top) while the consumer's barrier holds the others. A
+      // step's increment is deferred to the next step's reductions (or the tile's end): by then its own reductions are
+      // long done, so the release (thread 0's fence) does not wait for their round trips. A tile waits only for tiles
+      // numbered below it, every tile is claimed from the counter (the producer), and a step's increment waits at most
+      // for the next step's turn in the same tile, so the lowest unfinished tile never waits: no deadlock, whichever
+      // CTAs are resident.
       if constexpr (kOrderedDq) {
         if (tid == 0) {
           const int turn = 2 * (t.n_block - BwdTile::first_block_reaching<kBlockN>(row0, f)) +
