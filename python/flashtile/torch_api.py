@@ -16,15 +16,26 @@ from . import forward as _forward
 # and runs on that device's current stream, so no Python-side device guard is needed (tensors on cuda:1 work).
 
 
+def _readable(t):
+    """t, or a compact copy of it where the CUDA kernels could not read it in place: they load rows 16 bytes at a
+    time, so a CUDA tensor's data pointer must be 16-byte aligned and its strides multiples of 8 elements (a view
+    that starts mid-row, or a sequence stride that is not a multiple of 8, gets copied). The C library refuses
+    such tensors; flash-attn's users pass them without thinking (slices of a fused projection)."""
+    if t.is_cuda and (t.data_ptr() % 16 or any(s % 8 and n > 1 for n, s in zip(t.shape[:-1], t.stride()[:-1]))):
+        return t.clone(memory_format=torch.contiguous_format)
+    return t
+
+
 def _run_forward(q, k, v, softmax_scale, causal, window_left, window_right, softcap):
-    return _forward(q, k, v, softmax_scale=softmax_scale, causal=causal, window_size=(window_left, window_right),
-                    softcap=softcap)
+    return _forward(_readable(q), _readable(k), _readable(v), softmax_scale=softmax_scale, causal=causal,
+                    window_size=(window_left, window_right), softcap=softcap)
 
 
 def _run_backward(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic):
-    dout = dout if dout.stride(-1) == 1 else dout.contiguous()
-    return _backward(dout, q, k, v, out, lse, softmax_scale=softmax_scale, causal=causal,
-                     window_size=(window_left, window_right), softcap=softcap, deterministic=deterministic)
+    dout = _readable(dout if dout.stride(-1) == 1 else dout.contiguous())  # autograd's dO may be any view
+    return _backward(dout, _readable(q), _readable(k), _readable(v), out, lse, softmax_scale=softmax_scale,
+                     causal=causal, window_size=(window_left, window_right), softcap=softcap,
+                     deterministic=deterministic)
 
 
 # Under torch.compile the calls go through two custom ops with fake implementations, so fullgraph tracing needs
@@ -52,7 +63,9 @@ def _bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 @_bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_scale, causal, window_left, window_right, softcap, deterministic):
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    # Compact, as the real op's are (flashtile.backward allocates them), whatever q, k and v's strides: a fake
+    # whose strides differ from the real outputs' would let the compiler read the gradients in the wrong order.
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
 
 
 def _setup_context(ctx, inputs, output):
@@ -112,8 +125,32 @@ def _check_and_run(q, k, v, dropout_p, softmax_scale, causal, window_size, softc
             raise ValueError(f"{name}: on {t.device}, but q is on {q.device}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
     left, right = (int(w) for w in window_size)
+    # As flash-attn does: a last dimension that is not contiguous is made so (SPEC.md's layout needs stride 1).
+    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    head_dim_v = v.shape[-1]
+    if q.is_cuda:
+        q, k, v = _pad_head_dims_for_cuda(q, k, v)
     out, lse = _attention(q, k, v, scale, bool(causal), left, right, float(softcap), bool(deterministic))
+    if out.shape[-1] != head_dim_v:
+        out = out[..., :head_dim_v]
     return (out, lse, None) if return_attn_probs else out
+
+
+_CUDA_MAX_HEAD_DIM = 256
+
+
+def _pad_head_dims_for_cuda(q, k, v):
+    """q, k, v with zero columns appended where the CUDA kernels need it: they take one head dim for q, k and v,
+    a multiple of 8 up to 256. Zero columns in q and k add nothing to the scores, and zero columns in v give zero
+    columns of out, which the caller cuts off; the scale stays that of the real head dim. flash-attn pads the same
+    way for head dims that are not multiples of 8. Autograd sees the padding, so the gradients come back cut to
+    the inputs' shapes. Head dims above 256 are left for the library to refuse."""
+    d, dv = q.shape[-1], v.shape[-1]
+    padded = -(-max(d, dv) // 8) * 8
+    if (d == dv and d % 8 == 0) or padded > _CUDA_MAX_HEAD_DIM or k.shape[-1] != d:
+        return q, k, v
+    pad = torch.nn.functional.pad
+    return pad(q, (0, padded - d)), pad(k, (0, padded - d)), pad(v, (0, padded - dv))
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,

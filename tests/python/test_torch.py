@@ -7,13 +7,27 @@ import flashtile  # noqa: E402
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 
-def reference(q, k, v, causal):
+def reference(q, k, v, causal, scale=None):
     # PyTorch's SDPA is top-left aligned for causal; with Sq == Sk the two conventions agree.
     g = q.shape[2] // k.shape[2]
     k, v = k.repeat_interleave(g, dim=2), v.repeat_interleave(g, dim=2)
     o = torch.nn.functional.scaled_dot_product_attention(q.transpose(1, 2).double(), k.transpose(1, 2).double(),
-                                                         v.transpose(1, 2).double(), is_causal=causal)
+                                                         v.transpose(1, 2).double(), is_causal=causal, scale=scale)
     return o.transpose(1, 2)
+
+
+def check_forward_and_gradients(q, k, v, causal, tol, **kwargs):
+    """flash_attn_func(q, k, v) and its gradients against the float64 reference."""
+    out = flashtile.flash_attn_func(q, k, v, causal=causal, **kwargs)
+    ref = reference(q, k, v, causal, kwargs.get("softmax_scale"))
+    assert out.shape == ref.shape
+    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
+    g = torch.randn_like(out)
+    got = torch.autograd.grad(out, (q, k, v), g)
+    want = torch.autograd.grad(ref, (q, k, v), g.double())
+    for name, a, b in zip("qkv", got, want):
+        assert a.shape == b.shape, name
+        torch.testing.assert_close(a.double(), b.double(), atol=5 * tol, rtol=5 * tol, msg=lambda m: f"d{name}: {m}")
 
 
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_gpu)])
@@ -22,15 +36,61 @@ def test_forward_and_gradients(device, causal):
     dtype = torch.float32 if device == "cpu" else torch.bfloat16
     torch.manual_seed(0)
     q, k, v = (torch.randn(2, 128, h, 64, device=device, dtype=dtype, requires_grad=True) for h in (4, 2, 2))
-    out = flashtile.flash_attn_func(q, k, v, causal=causal)
-    ref = reference(q, k, v, causal)
+    check_forward_and_gradients(q, k, v, causal, 1e-4 if dtype == torch.float32 else 2e-2)
+
+
+def test_head_dim_padding_keeps_the_result():
+    # What flash_attn_func does on CUDA where the kernels cannot take the head dims as they are (not a multiple
+    # of 8, or v's differing from q's): zero columns appended, the scale kept, out cut back. Run here on the CPU
+    # backend, which takes the padded tensors as any others, against the unpadded reference.
+    from flashtile.torch_api import _pad_head_dims_for_cuda
+    torch.manual_seed(5)
+    for d, dv in ((20, 12), (12, 20), (100, 100), (64, 64)):
+        q, k, v = (torch.randn(1, 48, h, n, dtype=torch.float64, requires_grad=True)
+                   for h, n in ((4, d), (2, d), (2, dv)))
+        pq, pk, pv = _pad_head_dims_for_cuda(q, k, v)
+        width = -(-max(d, dv) // 8) * 8
+        assert pq.shape[-1] == pk.shape[-1] == pv.shape[-1] == width
+        if d == dv and d % 8 == 0:
+            assert pq is q and pk is k and pv is v
+        out = flashtile.flash_attn_func(pq.float(), pk.float(), pv.float(), causal=True,
+                                        softmax_scale=d ** -0.5)[..., :dv]
+        ref = reference(q, k, v, True)
+        torch.testing.assert_close(out.double(), ref, atol=1e-4, rtol=1e-4)
+        g = torch.randn_like(ref)
+        got, want = torch.autograd.grad(out, (q, k, v), g), torch.autograd.grad(ref, (q, k, v), g)
+        for a, b in zip(got, want):
+            assert a.shape == b.shape
+            torch.testing.assert_close(a, b, atol=5e-4, rtol=5e-4)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=needs_gpu)])
+def test_inputs_flash_attn_takes_as_they_are(device):
+    # flash-attn's users pass views its kernels' constraints would refuse: a last dimension that is not
+    # contiguous, slices of a fused projection that start mid-row, head dims that are not multiples of 8 or
+    # differ between q and v. flash_attn_func takes them all, as flash-attn does.
+    dtype = torch.float32 if device == "cpu" else torch.bfloat16
     tol = 1e-4 if dtype == torch.float32 else 2e-2
-    torch.testing.assert_close(out.double(), ref, atol=tol, rtol=tol)
-    g = torch.randn_like(out)
-    dq, dk, dv = torch.autograd.grad(out, (q, k, v), g)
-    rq, rk, rv = torch.autograd.grad(ref, (q, k, v), g.double())
-    for got, want in ((dq, rq), (dk, rk), (dv, rv)):
-        torch.testing.assert_close(got.double(), want.double(), atol=5 * tol, rtol=5 * tol)
+    torch.manual_seed(6)
+
+    def leaf(*shape):
+        return torch.randn(*shape, device=device, dtype=dtype, requires_grad=True)
+
+    # Last dimension strided: built transposed, viewed back.
+    q, k, v = (leaf(1, 64, 2, n).detach().transpose(2, 3).contiguous().transpose(2, 3).requires_grad_()
+               for n in (32, 32, 32))
+    assert q.stride(-1) != 1
+    check_forward_and_gradients(q, k, v, True, tol)
+    # One fused projection (batch, seqlen, 3 * heads * 40 + 4): q, k, v start 4, 84 and 164 elements into each row
+    # (not 16-byte aligned in half precision), with a sequence stride of 364 elements (not a multiple of 8).
+    fused = leaf(2, 64, 3 * 2 * 40 + 4)
+    q, k, v = (fused[..., 4 + i * 80: 4 + (i + 1) * 80].unflatten(-1, (2, 40)) for i in range(3))
+    check_forward_and_gradients(q, k, v, False, tol)
+    # Head dims off the kernels' grid: 100 (not a multiple of 8); 192 for q and k with 128 for v (as in MLA).
+    for d, dv in ((100, 100), (192, 128), (40, 72)):
+        q, k, v = leaf(1, 80, 4, d), leaf(1, 80, 2, d), leaf(1, 80, 2, dv)
+        check_forward_and_gradients(q, k, v, True, tol)
+        check_forward_and_gradients(q, k, v, False, tol, softmax_scale=0.3)
 
 
 def test_unsupported_arguments_raise():
@@ -120,7 +180,7 @@ def test_bad_inputs_raise_clear_errors(device):
     with pytest.raises((TypeError, flashtile.FlashtileError), match="dtype|float64"):
         flashtile.flash_attn_func(q.double(), q.double(), q.double())
     with pytest.raises(flashtile.FlashtileError, match="last dimension must be contiguous"):
-        flashtile.flash_attn_func(q.transpose(2, 3).contiguous().transpose(2, 3), q, q)
+        flashtile.forward(q.transpose(2, 3).contiguous().transpose(2, 3), q, q)  # flash_attn_func copies it
     with pytest.raises(flashtile.FlashtileError, match="head"):  # 2 query heads cannot share 3 K/V heads
         flashtile.flash_attn_func(q, torch.randn(1, 16, 3, 32, device=device), torch.randn(1, 16, 3, 32, device=device))
     if device == "cuda":
