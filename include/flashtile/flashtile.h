@@ -67,7 +67,7 @@ typedef struct {
   ft_tensor lse;        /* lse.data == NULL: not computed */
   ft_options options;
   int32_t backend;      /* ft_backend */
-  int32_t num_threads;  /* CPU: 0 = all cores */
+  int32_t num_threads;  /* CPU: 0 = all cores; more than the cores runs on the cores */
   void* stream;         /* CUDA: cudaStream_t */
 } ft_fwd_params;
 

@@ -50,15 +50,28 @@ Status check_view(const char* name, const Tensor& t, int ndim, const char* dims)
     return invalid_argument(n + ": the last dimension must be contiguous (stride 1), got stride " +
                             std::to_string(t.stride[ndim - 1]));
   if (numel(t) < 0) return invalid_argument(n + ": shape " + shape_string(t) + " has more than 2^63 elements");
-  int64_t span = 0;  // largest element offset reachable, which must not overflow int64
+  // The lowest and highest element offsets the view reaches (negative strides reach below data), which must not
+  // overflow int64 in bytes nor wrap around the address space.
+  int64_t span = 0, lowest = 0, highest = 0;
   for (int d = 0; d < ndim; ++d) {
     if (t.shape[d] <= 1) continue;
     int64_t extent;
     if (t.stride[d] == INT64_MIN || __builtin_mul_overflow(t.shape[d] - 1, std::abs(t.stride[d]), &extent) ||
         __builtin_add_overflow(span, extent, &span))
       return invalid_argument(n + ": strides address more than 2^63 elements");
+    if (t.stride[d] < 0)  // each sum's magnitude stays within span's: no overflow
+      lowest -= extent;
+    else
+      highest += extent;
   }
   if (t.data == nullptr) return invalid_argument(n + ": data is null but the shape " + shape_string(t) + " is not empty");
+  const int64_t size = static_cast<int64_t>(dtype_size(t.dtype));
+  int64_t lowest_byte, highest_byte;
+  const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
+  if (__builtin_mul_overflow(lowest, size, &lowest_byte) || __builtin_mul_overflow(highest + 1, size, &highest_byte) ||
+      static_cast<uintptr_t>(-lowest_byte) > base || UINTPTR_MAX - base < static_cast<uintptr_t>(highest_byte))
+    return invalid_argument(n + ": strides reach past the ends of the address space (shape " + shape_string(t) +
+                            ", " + std::to_string(size) + "-byte elements)");
   if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)
     return invalid_argument(n + ": data pointer is not aligned to its element size (" +
                             std::to_string(dtype_size(t.dtype)) + " bytes)");
@@ -161,7 +174,8 @@ Status resolve_problem(const Tensor& q, const Tensor& k, const Tensor& v, const 
     return invalid_argument("softcap: must be finite and >= 0 (0 turns it off), got " + std::to_string(o.softcap));
   p->softcap = o.softcap;
   // Windows wider than both sequences are unbounded in effect; clamping keeps index arithmetic in range.
-  const int64_t widest = p->seqlen_q + p->seqlen_k;
+  int64_t widest;  // saturates: an empty batch may carry any two seqlens
+  if (__builtin_add_overflow(p->seqlen_q, p->seqlen_k, &widest)) widest = INT64_MAX;
   auto clamp_bound = [&](int64_t w) { return w < 0 ? int64_t{-1} : std::min(w, widest); };
   p->keys.seqlen_q = p->seqlen_q;
   p->keys.seqlen_k = p->seqlen_k;

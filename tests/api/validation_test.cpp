@@ -153,6 +153,9 @@ const BadForward kBadForward[] = {
     {"QLastDimNotContiguous", kInvalid, "q:", [](auto& p, auto&) { p.q.stride[3] = 2; }},
     {"OutLastDimNotContiguous", kInvalid, "out:", [](auto& p, auto&) { p.out.stride[3] = 2; }},
     {"QMisaligned", kInvalid, "q:", [](auto& p, auto&) { p.q = with_offset_bytes(p.q, 1); }},
+    // Strides that stay under 2^63 elements but not bytes, and ones that reach below address 0.
+    {"QStridePast2To63Bytes", kInvalid, "q:", [](auto& p, auto&) { p.q.stride[0] = INT64_MAX / 2; }},
+    {"KNegativeStrideBelowAddressZero", kInvalid, "k:", [](auto& p, auto&) { p.k.stride[0] = -(INT64_MAX / 4); }},
     {"OutMisaligned", kInvalid, "out:", [](auto& p, auto&) { p.out = with_offset_bytes(p.out, 1); }},
     {"LseMisaligned", kInvalid, "lse:", [](auto& p, auto&) { p.lse = with_offset_bytes(p.lse, 2); }},
     {"QNull", kInvalid, "q:", [](auto& p, auto&) { p.q.data = nullptr; }},

@@ -103,13 +103,17 @@ class Backward {
   void probabilities_and_ds(const TileMask& mask, int64_t rows, int64_t cols, const QueryTile& qt, const KeyTile& kt,
                             float* prob, float* ds, float* th) const {
     const int64_t d = p_.head_dim, dv = p_.head_dim_v;
-    // P = exp(S - LSE), with S computed exactly as the forward computed it (score_tile), so that P matches
-    // the LSE it is normalised by; S - LSE is formed in natural units and only then scaled to log2 units.
+    // P = exp(S - LSE), S from score_tile as the fp32 and fp16 forward computes it; S - LSE is formed in natural
+    // units and only then scaled to log2 units. The bf16 forward sums S's products in another order
+    // (gemm_bf16.hpp), and an LSE may come from elsewhere (SPEC.md), so S - LSE can land a rounding above 0
+    // where the row's max dominates: P is capped at 1, as exact arithmetic has it. Uncapped, large logits (a
+    // rounding of S worth more than 1) made P, and the gradients with it, as large as Inf.
     score_tile(map_, mask, rows, cols, d, {qt.q, d}, {kt.k, d}, prob);
     if (p_.softcap > 0)
       for (int64_t i = 0; i < rows * cols; ++i) th[i] = prob[i] / p_.softcap;
     for (int64_t r = 0; r < rows; ++r)
-      for (int64_t c = 0; c < cols; ++c) prob[r * cols + c] = (prob[r * cols + c] - qt.lse[r]) * kLog2e;
+      for (int64_t c = 0; c < cols; ++c)  // std::min keeps a NaN (its first argument)
+        prob[r * cols + c] = std::min((prob[r * cols + c] - qt.lse[r]) * kLog2e, 0.0f);
     exp2_inplace(prob, rows * cols);
     gemm_abt(rows, cols, dv, qt.dout, dv, kt.v, dv, ds, cols, false);  // dP = dO V^T
     for (int64_t r = 0; r < rows; ++r) {

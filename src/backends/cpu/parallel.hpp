@@ -14,13 +14,19 @@
 
 namespace flashtile::cpu {
 
-inline int resolve_threads(int32_t requested) { return requested > 0 ? requested : omp_get_max_threads(); }
+// num_threads as the options give it: 0 for OpenMP's default (all cores, or OMP_NUM_THREADS), else at most the
+// processors this process may run on: more would only time-slice them, and each thread has a workspace of its
+// own (a request for 2^31 threads once made OpenMP abort the process).
+inline int resolve_threads(int32_t requested) {
+  return requested > 0 ? std::min(requested, omp_get_num_procs()) : omp_get_max_threads();
+}
 
 // task(index, workspace) for index in [0, num_tasks). Tasks are handed out dynamically (causal masks make
 // their costs uneven); results never depend on which thread ran a task, so outputs are deterministic.
 template <typename Elem = float, typename Task>
 Status parallel_tasks(int64_t num_tasks, int32_t num_threads, int64_t workspace_elems, Task&& task) {
-  const int threads = static_cast<int>(std::min<int64_t>(resolve_threads(num_threads), std::max<int64_t>(num_tasks, 1)));
+  if (num_tasks <= 0) return {};  // an empty batch: no workspace either (its size may follow a huge seqlen)
+  const int threads = static_cast<int>(std::min<int64_t>(resolve_threads(num_threads), num_tasks));
   std::vector<Elem> workspace;
   try {
     workspace.resize(static_cast<size_t>(threads) * static_cast<size_t>(workspace_elems));

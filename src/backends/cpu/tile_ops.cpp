@@ -82,10 +82,13 @@ __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default"))) vo
                   c7 = 1.52527338040598e-05f;
   for (int64_t i = 0; i < n; ++i) {
     const float v = std::min(x[i], 127.0f);
-    const float r = std::nearbyint(std::max(v, -125.0f));
-    const float f = v - r;
+    // The polynomial runs on a clamped copy (-inf and NaN become -125), so that the exponent's conversion and
+    // shift stay defined; only the select below looks at v itself.
+    const float w = v > -125.0f ? v : -125.0f;
+    const float r = std::nearbyint(w);
+    const float f = w - r;
     const float p = 1.0f + f * (c1 + f * (c2 + f * (c3 + f * (c4 + f * (c5 + f * (c6 + f * c7))))));
-    const int32_t bits = std::bit_cast<int32_t>(p) + (static_cast<int32_t>(r) << 23);
+    const uint32_t bits = std::bit_cast<uint32_t>(p) + (static_cast<uint32_t>(static_cast<int32_t>(r)) << 23);
     x[i] = v > -125.0f ? std::bit_cast<float>(bits) : (v != v ? v : 0.0f);  // NaN stays NaN
   }
 }

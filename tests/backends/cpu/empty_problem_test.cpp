@@ -81,5 +81,29 @@ TEST(EmptyProblem, TensorsWithoutElementsMayBeNull) {
   EXPECT_TRUE(all_equal(c.dv, 0.0)) << "dv";
 }
 
+// An empty batch with sequences of 2^40: nothing to compute, so nothing allocated either (the workspaces of
+// cpu-flash1 and cpu-reference grow with seqlen, and once asked for terabytes here).
+TEST(EmptyProblem, EmptyBatchOfHugeSequencesAllocatesNothing) {
+  const int64_t s = int64_t{1} << 40;
+  for (const Backend backend : {Backend::kCpuFlash2, Backend::kCpuFlash1, Backend::kCpuReference}) {
+    ForwardParams f;
+    f.q = make_tensor(nullptr, DType::kBFloat16, {0, s, 8, 128});
+    f.k = make_tensor(nullptr, DType::kBFloat16, {0, s, 8, 128});
+    f.v = make_tensor(nullptr, DType::kBFloat16, {0, s, 8, 128});
+    f.out = make_tensor(nullptr, DType::kBFloat16, {0, s, 8, 128});
+    f.lse = make_tensor(nullptr, DType::kFloat32, {0, 8, s});
+    f.backend = backend;
+    Status st = forward(f);
+    EXPECT_TRUE(st.ok()) << backend_name(backend) << ": " << st.message;
+    if (backend == Backend::kCpuFlash1) continue;  // forward-only
+    BackwardParams b;
+    b.q = b.k = b.v = b.out = b.dout = b.dq = b.dk = b.dv = f.q;
+    b.lse = f.lse;
+    b.backend = backend;
+    st = backward(b);
+    EXPECT_TRUE(st.ok()) << backend_name(backend) << ": " << st.message;
+  }
+}
+
 }  // namespace
 }  // namespace flashtile::test

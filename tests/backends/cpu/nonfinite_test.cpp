@@ -161,5 +161,35 @@ std::vector<Poison> visible_cases() {
 INSTANTIATE_TEST_SUITE_P(Cpu, VisibleNaN, ::testing::ValuesIn(visible_cases()),
                          [](const auto& info) { return describe(info.param); });
 
+// ---- logits so large that one rounding of S outweighs a unit of the softmax ------------------------------------
+
+// q and k scaled by 3000: scores ~1e7, where fp32 rounds S to steps of ~1. The backward recomputes S and the
+// bf16 forward summed its products in another order, so S - LSE came out above 0 and P = exp(S - LSE) above 1:
+// gradients up to 1e14 or Inf, where each P <= 1 bounds |dV[j, d]| by the sum over rows of |dO[i, d]|.
+// No precision is promised at such logits; finite gradients within that bound are.
+TEST(LargeLogits, GradientsStayFiniteAndBounded) {
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat32})
+    for (const bool causal : {false, true}) {
+      verify::Problem problem = Spec(200, 200).dims(64).dtype(dtype);
+      if (causal) problem = Spec(200, 200).dims(64).dtype(dtype).causal();
+      verify::Case c = verify::Case::make(problem, seed_for(problem), /*with_backward=*/true);
+      for (verify::HostTensor* t : {&c.q, &c.k})
+        for (int64_t i = 0; i < 200; ++i)
+          for (int64_t d = 0; d < 64; ++d) t->set({0, i, 0, d}, t->get({0, i, 0, d}) * 3000.0f);
+      ASSERT_TRUE(forward(c.forward_params(Backend::kCpuFlash2)).ok());
+      ASSERT_TRUE(backward(c.backward_params(Backend::kCpuFlash2)).ok());
+      const std::string what = std::string(dtype_name(dtype)) + (causal ? " causal" : " full");
+      for (int64_t d = 0; d < 64; ++d) {
+        double bound = 0;
+        for (int64_t i = 0; i < 200; ++i) bound += std::abs(c.dout.get({0, i, 0, d}));
+        for (int64_t j = 0; j < 200; ++j) {
+          const float dv = c.dv.get({0, j, 0, d}), dq = c.dq.get({0, j, 0, d}), dk = c.dk.get({0, j, 0, d});
+          ASSERT_TRUE(std::isfinite(dq) && std::isfinite(dk)) << what << ", row/key " << j << " col " << d;
+          ASSERT_LE(std::abs(dv), bound * 1.01) << what << ", dv key " << j << " col " << d;
+        }
+      }
+    }
+}
+
 }  // namespace
 }  // namespace flashtile::test
