@@ -77,7 +77,7 @@ struct ForwardParams {
   Tensor lse;                   // written when lse.data != nullptr, else not computed
   AttentionOptions options;
   Backend backend = Backend::kAuto;
-  int32_t num_threads = 0;      // CPU backends: 0 uses every core
+  int32_t num_threads = 0;      // CPU backends: 0 uses every core; more than the cores runs on the cores
   void* stream = nullptr;       // GPU backends: a cudaStream_t; nullptr is the default stream
 };
 
@@ -118,7 +118,8 @@ size_t dtype_size(DType dtype);
 bool cuda_backend_compiled();  // false when built with FLASHTILE_ENABLE_CUDA=OFF
 const char* version();
 // One line for benchmark records: version, the CPU GEMM library and the kernel family it picked for this CPU
-// (OpenBLAS chooses at load time; a virtual machine that hides its CPU model can get a slow generic one).
+// (OpenBLAS chooses at load time; a virtual machine that hides its CPU model can get a slow generic one), and
+// the instructions the bf16 CPU path runs its products on (AMX-BF16, AVX512-BF16, or none: fp32 tiles).
 std::string build_info();
 
 }  // namespace flashtile

@@ -5,6 +5,7 @@
 
 #include "api/validate.hpp"
 #include "backends/cpu/cpu_backend.hpp"
+#include "backends/cpu/gemm_bf16.hpp"
 #include "backends/cpu/tile_ops.hpp"
 #include "backends/cuda/cuda_backend.hpp"
 
@@ -147,6 +148,7 @@ const char* version() { return FLASHTILE_VERSION; }
 
 std::string build_info() {
   return std::string("flashtile ") + FLASHTILE_VERSION + "; CPU GEMM: " + cpu::blas_info() +
+         "; CPU bf16 products: " + cpu::bf16_kernel_name(cpu::bf16_kernel()) +
          "; CUDA backend: " + (cuda::compiled() ? "built" : "not built");
 }
 

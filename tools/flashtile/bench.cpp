@@ -165,7 +165,7 @@ std::string env_line(int32_t threads) {
   if (has_device) env.text("gpu", gpu::device_name());
   env.text("cpu", cpu_model()).integer("cores", std::thread::hardware_concurrency());
   env.integer("threads", resolved_threads(threads)).text("flashtile", version());
-  env.text("compiler", FLASHTILE_TOOL_COMPILER).text("build", FLASHTILE_TOOL_BUILD_TYPE);
+  env.text("compiler", FLASHTILE_TOOL_COMPILER).text("build", FLASHTILE_TOOL_BUILD_TYPE).text("libs", build_info());
   env.text("cuda", has_device ? "device present" : device_note).text("date", today());
   return env.str();
 }

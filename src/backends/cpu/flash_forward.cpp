@@ -19,6 +19,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/gemm_bf16.hpp"
 #include "backends/cpu/parallel.hpp"
+#include "backends/cpu/softmax_bf16.hpp"
 #include "backends/cpu/tile_ops.hpp"
 #include "common/numeric.hpp"
 
@@ -29,23 +30,33 @@ namespace {
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-// Tile sizes. kBlockM rows of Q share each K/V tile they load; kBlockN keys per K/V tile. With head_dim 128
-// the working set (Q, K, V, S and O tiles) is about 200 KB in fp32: it stays in a core's L2.
+// Tile sizes. kBlockM rows of Q share each K/V tile they load (and, on the bf16 path, its packing into pairs,
+// which 128 rows amortise better than 64: docs/perf-log.md, CPU v2); kBlockN keys per K/V tile. With head_dim 128
+// the working set (Q, K, V, S and O tiles) is about 320 KB in fp32: it stays in a core's L2.
 struct ForwardTiles {
-  static constexpr int64_t kBlockM = 64;
+  static constexpr int64_t kBlockM = 128;
   static constexpr int64_t kBlockN = 128;
   static_assert(kBlockM <= TileMask::kMaxRows, "TileMask holds at most kMaxRows rows");
 };
 
-// The bf16 fast path (gemm_bf16.hpp) for tiles with no masking: Q, K and V are read in place as bf16 and P is
-// rounded to bf16 once, as the GPU kernels do. Masked tiles, and other dtypes, take the fp32 path.
+// The bf16 fast path (gemm_bf16.hpp): Q, K and V are read in place as bf16, the softmax step runs in one AVX-512
+// pass (softmax_bf16.hpp) that rounds P to bf16 once, as the GPU kernels do. Other dtypes take the fp32 path,
+// and so does a masked tile whose V rows hold an Inf or NaN: P V as a product would turn a hidden key's 0 * NaN
+// into NaN for rows that must not see it (README: NaN reaches exactly the outputs that depend on it).
 class Bf16Products {
  public:
   Bf16Products(const ForwardParams& params, const Problem& p)
-      : enabled_(p.dtype == DType::kBFloat16 && bf16_dot_available() && readable(params.q, p.head_dim) &&
-                 readable(params.k, p.head_dim) && readable(params.v, p.head_dim_v)),
-        params_(params) {}
-  bool enabled() const { return enabled_; }
+      : kernel_(p.dtype == DType::kBFloat16 && readable(params.q, p.head_dim) && readable(params.k, p.head_dim) &&
+                        readable(params.v, p.head_dim_v)
+                    ? bf16_kernel()
+                    : Bf16Kernel::kNone),
+        params_(params),
+        map_(p) {}
+  bool enabled() const { return kernel_ != Bf16Kernel::kNone; }
+  // Whether the tile of keys [col0, col0 + cols) of K/V head hk, under `mask`, can take this path.
+  bool takes(const TileMask& mask, int64_t b, int64_t hk, int64_t col0, int64_t cols, int64_t dv) const {
+    return enabled() && (mask.full || bf16_rows_finite(cols, dv, at(params_.v, b, col0, hk), params_.v.stride[1]));
+  }
 
   // Scratch a thread needs, in floats: the pair-packed operand, then P in bf16.
   static int64_t pack_floats(int64_t d, int64_t dv) {
@@ -55,20 +66,27 @@ class Bf16Products {
     return pack_floats(d, dv) + ForwardTiles::kBlockM * ForwardTiles::kBlockN / 2;
   }
 
-  // s (rows x cols) = raw products of query rows [row0, ..) of head h with keys [col0, ..) of K/V head hk.
-  void scores(int64_t b, int64_t h, int64_t hk, int64_t row0, int64_t rows, int64_t col0, int64_t cols, int64_t d,
-              float* s, float* scratch) const {
-    gemm_bf16_abt(rows, cols, d, at(params_.q, b, row0, h), params_.q.stride[1], at(params_.k, b, col0, hk),
+  // The scores of query rows [row0, ..) of head h against keys [col0, ..) of K/V head hk (s: rows x cols), and
+  // the online-softmax step over them (m, l, alpha as online_softmax_step's; o's rows times alpha unless o is
+  // null), leaving P in bf16 in the scratch for accumulate_pv.
+  void probabilities(const TileMask& mask, int64_t b, int64_t h, int64_t hk, int64_t row0, int64_t rows, int64_t col0,
+                     int64_t cols, int64_t d, int64_t dv, float* s, float* m, float* l, float* alpha, float* o,
+                     float* scratch) const {
+    gemm_bf16_abt(kernel_, rows, cols, d, at(params_.q, b, row0, h), params_.q.stride[1], at(params_.k, b, col0, hk),
                   params_.k.stride[1], s, cols, reinterpret_cast<uint32_t*>(scratch));
+    float mul = map_.mul;
+    if (map_.softcap > 0 || !mask.full) {  // tanh and the mask's -inf on the generic path; the step scales by 1
+      finish_scores(map_, mask, rows, cols, s);
+      mul = 1.0f;
+    }
+    online_softmax_step_bf16(rows, cols, s, mul, m, l, alpha, p16(scratch, d, dv), o, dv);
   }
 
-  // o (rows x dv) += P (rows x cols, rounded to bf16 here) V, with V rows [col0, ..) of K/V head hk.
-  void accumulate_pv(int64_t b, int64_t hk, int64_t rows, int64_t col0, int64_t cols, int64_t d, int64_t dv,
-                     const float* prob, float* o, float* scratch) const {
-    uint16_t* p16 = reinterpret_cast<uint16_t*>(scratch + pack_floats(d, dv));
-    for (int64_t i = 0; i < rows * cols; ++i) p16[i] = float_to_bf16(prob[i]);
-    gemm_bf16_ab_accumulate(rows, dv, cols, p16, cols, at(params_.v, b, col0, hk), params_.v.stride[1], o, dv,
-                            reinterpret_cast<uint32_t*>(scratch));
+  // o (rows x dv) += P V, with P from probabilities() and V rows [col0, ..) of K/V head hk.
+  void accumulate_pv(int64_t b, int64_t hk, int64_t rows, int64_t col0, int64_t cols, int64_t d, int64_t dv, float* o,
+                     float* scratch) const {
+    gemm_bf16_ab_accumulate(kernel_, rows, dv, cols, p16(scratch, d, dv), cols, at(params_.v, b, col0, hk),
+                            params_.v.stride[1], o, dv, reinterpret_cast<uint32_t*>(scratch));
   }
 
  private:
@@ -76,8 +94,12 @@ class Bf16Products {
   static const uint16_t* at(const Tensor& t, int64_t b, int64_t row, int64_t head) {
     return static_cast<const uint16_t*>(t.data) + offset_bshd(t, b, row, head);
   }
-  bool enabled_;
+  static uint16_t* p16(float* scratch, int64_t d, int64_t dv) {
+    return reinterpret_cast<uint16_t*>(scratch + pack_floats(d, dv));
+  }
+  Bf16Kernel kernel_;
   const ForwardParams& params_;
+  ScoreMap map_;
 };
 
 // Turns s into P = exp(s - m_new) row by row and returns, per row, the factor exp(m_old - m_new) that earlier
@@ -151,21 +173,17 @@ Status forward_flash2(const ForwardParams& params, const Problem& p) {
     for (int64_t col0 = key_begin; col0 < key_end; col0 += T::kBlockN) {
       const int64_t cols = std::min(T::kBlockN, key_end - col0);
       const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
-      const bool fast = bf16.enabled() && mask.full;
-      if (fast) {
-        bf16.scores(b, h, hk, row0, rows, col0, cols, d, s, scratch);
-        finish_scores(map, mask, rows, cols, s);
-      } else {
-        score_tile(map, mask, rows, cols, d, qv, view_tile(params.k, b, hk, col0, cols, d, k), s);
+      if (bf16.takes(mask, b, hk, col0, cols, dv)) {
+        bf16.probabilities(mask, b, h, hk, row0, rows, col0, cols, d, dv, s, m, l, alpha, o, scratch);
+        bf16.accumulate_pv(b, hk, rows, col0, cols, d, dv, o, scratch);
+        continue;
       }
+      score_tile(map, mask, rows, cols, d, qv, view_tile(params.k, b, hk, col0, cols, d, k), s);
       online_softmax_step(rows, cols, s, m, l, alpha);
       for (int64_t r = 0; r < rows; ++r)
         if (alpha[r] != 1.0f)
           for (int64_t c = 0; c < dv; ++c) o[r * dv + c] *= alpha[r];
-      if (fast)
-        bf16.accumulate_pv(b, hk, rows, col0, cols, d, dv, s, o, scratch);
-      else
-        accumulate_w_in(mask, rows, cols, dv, s, view_tile(params.v, b, hk, col0, cols, dv, v), o);
+      accumulate_w_in(mask, rows, cols, dv, s, view_tile(params.v, b, hk, col0, cols, dv, v), o);
     }
     write_rows(params, p, b, h, row0, rows, m, l, o);
   });
@@ -198,21 +216,17 @@ Status forward_flash1(const ForwardParams& params, const Problem& p) {
         const int64_t rows = std::min(T::kBlockM, sq - row0);
         const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
         float *o = o_all + row0 * dv, *m = m_all + row0, *l = l_all + row0;
-        const bool fast = bf16.enabled() && mask.full;  // the same products as the FA2 schedule uses
-        if (fast) {
-          bf16.scores(b, h, hk, row0, rows, col0, cols, d, s, scratch);
-          finish_scores(map, mask, rows, cols, s);
-        } else {
-          score_tile(map, mask, rows, cols, d, view_tile(params.q, b, h, row0, rows, d, q), kv, s);
-        }
         float l_old[T::kBlockM];
         std::copy(l, l + rows, l_old);
-        online_softmax_step(rows, cols, s, m, l, alpha);
         std::fill(pv, pv + rows * dv, 0.0f);
-        if (fast)
-          bf16.accumulate_pv(b, hk, rows, col0, cols, d, dv, s, pv, scratch);
-        else
+        if (bf16.takes(mask, b, hk, col0, cols, dv)) {  // the same steps as the FA2 schedule takes
+          bf16.probabilities(mask, b, h, hk, row0, rows, col0, cols, d, dv, s, m, l, alpha, nullptr, scratch);
+          bf16.accumulate_pv(b, hk, rows, col0, cols, d, dv, pv, scratch);
+        } else {
+          score_tile(map, mask, rows, cols, d, view_tile(params.q, b, h, row0, rows, d, q), kv, s);
+          online_softmax_step(rows, cols, s, m, l, alpha);
           accumulate_w_in(mask, rows, cols, dv, s, vv, pv);
+        }
         // O_new = (l_old * alpha * O_old + P V) / l_new: the stored O is normalised after every step.
         for (int64_t r = 0; r < rows; ++r) {
           if (m[r] == kNegInf) continue;

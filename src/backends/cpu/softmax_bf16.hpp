@@ -1,0 +1,19 @@
+// The online-softmax step of the bf16 forward's fast path (gemm_bf16.hpp), in AVX-512, which every CPU with a
+// bf16 kernel has: one pass over each row of the scores instead of the generic path's five (scale, max,
+// shift, exp2, sum) plus the rounding of P to bf16 and the rescale of O. Same arithmetic as flash_forward.cpp's
+// online_softmax_step and tile_ops.hpp's exp2_inplace; only the order of the row sum differs.
+#pragma once
+
+#include <cstdint>
+
+namespace flashtile::cpu {
+
+// s (rows x cols, `cols` floats apart): raw products of a tile, each times `mul` giving the score in natural
+// units (-inf hides a key). Per row r: m[r] becomes max(m[r], the row's scores), alpha[r] = exp(m_old - m_new),
+// l[r] = l[r] * alpha[r] + sum of P, with P = exp(s - m_new) written to p16 (rows x cols, bf16, rounded to
+// nearest even), and o's row (dv floats; o may be null) multiplied by alpha[r]. A row that has seen no key keeps
+// m = -inf and gets P = 0; a NaN score gives a NaN P and so a NaN l, as on the generic path.
+void online_softmax_step_bf16(int64_t rows, int64_t cols, const float* s, float mul, float* m, float* l, float* alpha,
+                              uint16_t* p16, float* o, int64_t dv);
+
+}  // namespace flashtile::cpu

@@ -1,0 +1,172 @@
+// The bf16 fast path's pieces (gemm_bf16.hpp, softmax_bf16.hpp), built into this binary from their sources and
+// checked one by one against plain loops, under each kernel this CPU has: the AVX512-BF16 products and, where
+// the CPU and OS allow it, the AMX ones. Shapes cover whole AMX tiles (multiples of 32), the AVX-512 fallback
+// (any other m, n or k, odd k included), the packs' 16 x 16 blocks and their edges, and strided operands. On a
+// CPU without AVX512-BF16 every case reports itself skipped.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/gemm_bf16.hpp"
+#include "backends/cpu/softmax_bf16.hpp"
+#include "common/numeric.hpp"
+#include "support/scoped_env.hpp"
+
+namespace flashtile::cpu {
+namespace {
+
+// The kernels this CPU runs: AVX512-BF16 always (when it has a bf16 kernel), AMX when granted.
+std::vector<Bf16Kernel> kernels() {
+  std::vector<Bf16Kernel> out;
+  const Bf16Kernel best = bf16_kernel();
+  if (best == Bf16Kernel::kNone) return out;
+  out.push_back(Bf16Kernel::kAvx512);
+  if (best == Bf16Kernel::kAmx) out.push_back(Bf16Kernel::kAmx);
+  return out;
+}
+
+std::vector<uint16_t> random_bf16(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal;
+  std::vector<uint16_t> out(n);
+  for (auto& x : out) x = float_to_bf16(normal(rng));
+  return out;
+}
+
+struct Shape {
+  int64_t m, n, k;
+};
+
+// m, n, k: whole AMX blocks; AMX blocks with a partial pack block; odd k; tiny; the forward's 128 x 128 tiles.
+const Shape kShapes[] = {{32, 32, 32},  {64, 128, 128}, {128, 128, 64},  {96, 160, 96}, {32, 64, 256}, {7, 5, 3},
+                         {33, 47, 129}, {64, 128, 80},  {128, 100, 128}, {1, 16, 16},   {17, 33, 31}};
+
+TEST(Bf16Kernels, ProductsMatchPlainLoops) {
+  if (kernels().empty()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  std::mt19937 rng(7);
+  for (const Bf16Kernel kernel : kernels()) {
+    for (const Shape& s : kShapes) {
+      SCOPED_TRACE(std::string(bf16_kernel_name(kernel)) + " m=" + std::to_string(s.m) + " n=" + std::to_string(s.n) +
+                   " k=" + std::to_string(s.k));
+      // Operands with padded rows (strides past the row) so that reads past a row's end would be seen.
+      const int64_t lda = s.k + 8, ldb_t = s.k + 24, ldb = s.n + 40, ldc = s.n + 16;
+      const std::vector<uint16_t> a = random_bf16(s.m * lda, rng);
+      const std::vector<uint16_t> bt = random_bf16(s.n * ldb_t, rng);  // B^T operand: n rows of k
+      const std::vector<uint16_t> b = random_bf16(s.k * ldb, rng);     // B operand: k rows of n
+      std::vector<uint32_t> pack(bf16_pack_words(s.n, s.k) + 16);
+      std::vector<float> c(s.m * ldc, -7.0f);
+      gemm_bf16_abt(kernel, s.m, s.n, s.k, a.data(), lda, bt.data(), ldb_t, c.data(), ldc, pack.data());
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          if (j >= s.n) {  // columns past n untouched
+            ASSERT_EQ(c[i * ldc + j], -7.0f) << "row " << i << " col " << j;
+            continue;
+          }
+          double want = 0, mag = 0;
+          for (int64_t p = 0; p < s.k; ++p) {
+            const double x = double(bf16_to_float(a[i * lda + p])) * bf16_to_float(bt[j * ldb_t + p]);
+            want += x, mag += std::abs(x);
+          }
+          ASSERT_NEAR(c[i * ldc + j], want, 1e-5 * mag + 1e-30) << "A B^T, row " << i << " col " << j;
+        }
+      std::vector<float> acc(s.m * ldc);
+      for (auto& x : acc) x = float(rng() % 17) - 8.0f;
+      const std::vector<float> before = acc;
+      gemm_bf16_ab_accumulate(kernel, s.m, s.n, s.k, a.data(), lda, b.data(), ldb, acc.data(), ldc, pack.data());
+      for (int64_t i = 0; i < s.m; ++i)
+        for (int64_t j = 0; j < ldc; ++j) {
+          if (j >= s.n) {
+            ASSERT_EQ(acc[i * ldc + j], before[i * ldc + j]) << "row " << i << " col " << j;
+            continue;
+          }
+          double want = before[i * ldc + j], mag = std::abs(want);
+          for (int64_t p = 0; p < s.k; ++p) {
+            const double x = double(bf16_to_float(a[i * lda + p])) * bf16_to_float(b[p * ldb + j]);
+            want += x, mag += std::abs(x);
+          }
+          ASSERT_NEAR(acc[i * ldc + j], want, 1e-5 * mag + 1e-30) << "C += A B, row " << i << " col " << j;
+        }
+    }
+  }
+}
+
+TEST(Bf16Kernels, EnvironmentRulesAmxOut) {
+  if (bf16_kernel() != Bf16Kernel::kAmx) GTEST_SKIP() << "this CPU or OS gives no AMX";
+  ScopedEnv off("FLASHTILE_CPU_AMX", "0");
+  EXPECT_EQ(bf16_kernel(), Bf16Kernel::kAvx512);
+  off.set("1");
+  EXPECT_EQ(bf16_kernel(), Bf16Kernel::kAmx);
+}
+
+TEST(Bf16Kernels, RowsFiniteFindsInfAndNan) {
+  if (kernels().empty()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  const int64_t rows = 5, cols = 70, ld = 80;
+  std::vector<uint16_t> a(rows * ld, float_to_bf16(1.5f));
+  EXPECT_TRUE(bf16_rows_finite(rows, cols, a.data(), ld));
+  a[2 * ld + 75] = float_to_bf16(std::numeric_limits<float>::quiet_NaN());  // past the row's end: not read
+  EXPECT_TRUE(bf16_rows_finite(rows, cols, a.data(), ld));
+  for (const float bad : {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                          std::numeric_limits<float>::quiet_NaN()})
+    for (const int64_t at : {int64_t{0}, 3 * ld + 33, 4 * ld + 69}) {
+      std::vector<uint16_t> x = a;
+      x[at] = float_to_bf16(bad);
+      EXPECT_FALSE(bf16_rows_finite(rows, cols, x.data(), ld)) << "value " << bad << " at " << at;
+    }
+}
+
+TEST(Bf16Kernels, SoftmaxStepMatchesItsDefinition) {
+  if (kernels().empty()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  for (const int64_t cols : {int64_t{1}, int64_t{16}, int64_t{37}, int64_t{128}}) {
+    const int64_t rows = 6, dv = 40;
+    const float mul = 0.7f;
+    std::vector<float> s(rows * cols);
+    for (auto& x : s) x = normal(rng);
+    for (int64_t c = 0; c < cols; ++c) s[1 * cols + c] = kNegInf;      // row 1: every key hidden, no key seen yet
+    s[2 * cols] = kNegInf;                                             // row 2: one key hidden
+    s[3 * cols + cols / 2] = std::numeric_limits<float>::quiet_NaN();  // row 3: a NaN score
+    std::vector<float> m = {kNegInf, kNegInf, 0.5f, 1.0f, 100.0f, -3.0f}, l = {0, 0, 2.0f, 1.0f, 3.0f, 0.5f};
+    std::vector<float> o(rows * dv), alpha(rows);
+    for (auto& x : o) x = normal(rng);
+    const std::vector<float> m0 = m, l0 = l, o0 = o;
+    std::vector<uint16_t> p16(rows * cols, 0xffff);
+    online_softmax_step_bf16(rows, cols, s.data(), mul, m.data(), l.data(), alpha.data(), p16.data(), o.data(), dv);
+    for (int64_t r = 0; r < rows; ++r) {
+      SCOPED_TRACE("cols " + std::to_string(cols) + " row " + std::to_string(r));
+      double mx = m0[r];
+      for (int64_t c = 0; c < cols; ++c)
+        if (!std::isnan(s[r * cols + c])) mx = std::max(mx, double(s[r * cols + c] * mul));
+      ASSERT_EQ(m[r], float(mx));
+      const double shift = mx == kNegInf ? 0.0 : mx;
+      const double a = std::exp(m0[r] - shift);
+      ASSERT_NEAR(alpha[r], a, 1e-6 * a);
+      double sum = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const double p = std::exp(double(s[r * cols + c] * mul) - shift);
+        sum += p;
+        const float got = bf16_to_float(p16[r * cols + c]);
+        if (std::isnan(p)) {
+          ASSERT_TRUE(std::isnan(got)) << "col " << c;
+        } else {
+          ASSERT_NEAR(got, p, 4e-3 * p + 1e-30) << "col " << c;  // P rounded to bf16 (8 bits)
+        }
+      }
+      const double want_l = l0[r] * a + sum;
+      if (std::isnan(want_l)) {
+        ASSERT_TRUE(std::isnan(l[r]));
+      } else {
+        ASSERT_NEAR(l[r], want_l, 1e-6 * want_l + 1e-30);
+      }
+      for (int64_t d = 0; d < dv; ++d) ASSERT_NEAR(o[r * dv + d], o0[r * dv + d] * a, 1e-6 * std::abs(o0[r * dv + d]));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace flashtile::cpu
