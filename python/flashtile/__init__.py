@@ -18,9 +18,17 @@ __version__ = _abi.lib.ft_version().decode()
 __all__ = ["forward", "backward", "FlashtileError", "__version__"]
 
 
+def _integer(name, value, bits):
+    """value as a Python int that fits a C int of `bits` bits; ctypes would wrap it silently."""
+    value = int(value)
+    if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
+        raise ValueError(f"{name}: {value} does not fit in {bits} bits")
+    return value
+
+
 def _options(softmax_scale, causal, window_size, softcap):
     """ft_options' fields, in order (softmax_scale NaN: the library's default, 1/sqrt(head_dim))."""
-    left, right = (int(w) for w in window_size)
+    left, right = (_integer("window_size", w, 64) for w in window_size)
     return (math.nan if softmax_scale is None else float(softmax_scale), int(bool(causal)), left, right,
             float(softcap))
 
@@ -48,15 +56,16 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
     if lse is None:
         lse = empty_like_library(q, (shape_q[0], shape_q[2], shape_q[1]), "float32")
     arrays = (q, k, v, out, lse)
-    options = _options(softmax_scale, causal, window_size, softcap) + (backend, num_threads)
+    options = _options(softmax_scale, causal, window_size, softcap) + (backend,
+                                                                       _integer("num_threads", num_threads, 32))
 
     def build():
-        views = [View(x, n) for x, n in zip(arrays, _FWD_TENSORS)]
+        views = [View(x, n, output=i >= 3) for i, (x, n) in enumerate(zip(arrays, _FWD_TENSORS))]  # out, lse
         p = _abi.FwdParams()
         _abi.lib.ft_fwd_params_init(p)
         p.q, p.k, p.v, p.out, p.lse = (x.tensor for x in views)
         p.options = _abi.Options(*options[:5])
-        p.backend, p.num_threads = _backend(backend), int(num_threads)
+        p.backend, p.num_threads = _backend(backend), options[-1]
         p.views = views  # what the pointers depend on (DLPack capsules), alive until the call returns
         return p
 
@@ -74,15 +83,16 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
     dk = empty_like_library(q, tuple(k.shape), "same") if dk is None else dk
     dv = empty_like_library(q, tuple(v.shape), "same") if dv is None else dv
     arrays = (q, k, v, out, lse, dout, dq, dk, dv)
-    options = _options(softmax_scale, causal, window_size, softcap) + (bool(deterministic), backend, num_threads)
+    options = _options(softmax_scale, causal, window_size, softcap) + (bool(deterministic), backend,
+                                                                       _integer("num_threads", num_threads, 32))
 
     def build():
-        views = [View(x, n) for x, n in zip(arrays, _BWD_TENSORS)]
+        views = [View(x, n, output=i >= 6) for i, (x, n) in enumerate(zip(arrays, _BWD_TENSORS))]  # dq, dk, dv
         p = _abi.BwdParams()
         _abi.lib.ft_bwd_params_init(p)
         p.q, p.k, p.v, p.out, p.lse, p.dout, p.dq, p.dk, p.dv = (x.tensor for x in views)
         p.options = _abi.Options(*options[:5])
-        p.deterministic, p.backend, p.num_threads = int(bool(deterministic)), _backend(backend), int(num_threads)
+        p.deterministic, p.backend, p.num_threads = int(bool(deterministic)), _backend(backend), options[-1]
         p.views = views  # what the pointers depend on (DLPack capsules), alive until the call returns
         return p
 

@@ -24,9 +24,23 @@ class _DLTensor(ctypes.Structure):
                 ("byte_offset", ctypes.c_uint64)]
 
 
+# DLPack 1.0's versioned capsule ("dltensor_versioned"): a version, the manager's context and deleter, and flags
+# (one says read-only) ahead of the DLTensor. Producers give read-only arrays (numpy's broadcast views, say)
+# only this way; the unversioned capsule ("dltensor") is the DLTensor itself, first in its struct.
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p), ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+_DL_READ_ONLY = 1
+
+
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_named = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_named.restype = ctypes.c_int
+_capsule_named.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 _DTYPE_NAMES = {"float32": _abi.FT_F32, "float16": _abi.FT_F16, "bfloat16": _abi.FT_BF16}
 _TORCH_DTYPES = {}  # torch.dtype -> ft dtype, filled on the first torch tensor (torch is imported only if used)
@@ -50,15 +64,16 @@ def _torch_dtype(dtype):
 
 
 class View:
-    """An ft_tensor for `array`, keeping alive whatever the pointer depends on (a DLPack capsule)."""
+    """An ft_tensor for `array`, keeping alive whatever the pointer depends on (a DLPack capsule). An `output`
+    must be writable."""
 
-    def __init__(self, array, name):
+    def __init__(self, array, name, output=False):
         self.array, self.name = array, name
         if is_torch(array):
             self._from_torch(array)
         else:
             self.tensor = _abi.Tensor()
-            self._from_dlpack(array)
+            self._from_dlpack(array, output)
 
     def _from_torch(self, t):
         # The hot path of every torch call (five tensors a forward): one ctypes constructor, no per-field sets.
@@ -72,11 +87,22 @@ class View:
         self.tensor = _abi.Tensor(t.data_ptr() or None, dtype, _abi.FT_CUDA if cuda else _abi.FT_CPU,
                                   t.get_device() if cuda else 0, n, _Dims(*t.shape), _Dims(*t.stride()))
 
-    def _from_dlpack(self, a):
+    def _from_dlpack(self, a, output):
         if not hasattr(a, "__dlpack__"):
             raise TypeError(f"{self.name}: expected an array with __dlpack__ (numpy, CuPy, torch), got {type(a).__name__}")
-        self.capsule = a.__dlpack__()
-        dl = _DLTensor.from_address(_capsule_pointer(self.capsule, b"dltensor"))
+        try:
+            self.capsule = a.__dlpack__(max_version=(1, 0))
+        except TypeError:  # a producer from before DLPack 1.0: no max_version, no read-only arrays
+            self.capsule = a.__dlpack__()
+        except BufferError as e:
+            raise ValueError(f"{self.name}: the array cannot be shared through DLPack ({e})") from None
+        if _capsule_named(self.capsule, b"dltensor_versioned"):
+            managed = _DLManagedTensorVersioned.from_address(_capsule_pointer(self.capsule, b"dltensor_versioned"))
+            if output and managed.flags & _DL_READ_ONLY:
+                raise ValueError(f"{self.name}: the array is read-only; outputs must be writable")
+            dl = managed.dl_tensor
+        else:
+            dl = _DLTensor.from_address(_capsule_pointer(self.capsule, b"dltensor"))
         if dl.dtype.lanes != 1 or (dl.dtype.code, dl.dtype.bits) not in ((_DL_FLOAT, 32), (_DL_FLOAT, 16), (_DL_BFLOAT, 16)):
             raise TypeError(f"{self.name}: dtype (code {dl.dtype.code}, {dl.dtype.bits} bits) is not supported "
                             "(float16, bfloat16, float32 on the CPU)")

@@ -53,6 +53,32 @@ def test_strided_views_and_given_outputs():
     np.testing.assert_allclose(lse, want_lse, atol=1e-4)
 
 
+def test_read_only_inputs_and_broadcast_kv():
+    # Read-only arrays (here zero-stride K/V broadcast over the sequence) reach the library through DLPack 1.0's
+    # versioned capsule; as outputs they are refused by name.
+    rng = np.random.default_rng(8)
+    q = rng.standard_normal((1, 8, 2, 16)).astype(np.float32)
+    kv = np.broadcast_to(q[:, :1], q.shape)
+    assert not kv.flags.writeable
+    got, got_lse = flashtile.forward(q, kv, kv, causal=True)
+    want, want_lse = attention(q, np.ascontiguousarray(kv), np.ascontiguousarray(kv), causal=True)
+    np.testing.assert_allclose(got, want, atol=2e-5)
+    np.testing.assert_allclose(got_lse, want_lse, atol=1e-4)
+    frozen = np.empty_like(q)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="out: the array is read-only"):
+        flashtile.forward(q, q, q, out=frozen)
+    with pytest.raises(ValueError, match="dk: the array is read-only"):
+        flashtile.backward(q, q, q, q, got, got_lse, dk=frozen)
+
+
+def test_integers_out_of_range_raise():
+    q = np.ones((1, 4, 2, 8), dtype=np.float32)
+    for kwargs in (dict(window_size=(2**64 + 3, -1)), dict(window_size=(-1, -2**63 - 1)), dict(num_threads=2**31)):
+        with pytest.raises(ValueError, match="does not fit"):  # ctypes would have wrapped them
+            flashtile.forward(q, q, q, **kwargs)
+
+
 def test_bad_input_raises_and_writes_nothing():
     q = np.ones((1, 8, 3, 16), dtype=np.float32)
     k = np.ones((1, 8, 2, 16), dtype=np.float32)  # 3 query heads are not a multiple of 2
