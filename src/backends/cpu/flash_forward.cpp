@@ -19,7 +19,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/gemm_bf16.hpp"
 #include "backends/cpu/parallel.hpp"
-#include "backends/cpu/softmax_bf16.hpp"
+#include "backends/cpu/softmax_avx512.hpp"
 #include "backends/cpu/tile_ops.hpp"
 #include "common/numeric.hpp"
 
@@ -34,7 +34,7 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // which 128 rows amortise better than 64: docs/perf-log.md, CPU v2); kBlockN keys per K/V tile. With head_dim 128
 // the working set (Q, K, V, S and O tiles) is about 320 KB in fp32: it stays in a core's L2.
 struct ForwardTiles {
-  static constexpr int64_t kBlockM = 128;
+  static constexpr int64_t kBlockM = 256;
   static constexpr int64_t kBlockN = 128;
   static_assert(kBlockM <= TileMask::kMaxRows, "TileMask holds at most kMaxRows rows");
 };
@@ -79,7 +79,7 @@ class Bf16Products {
       finish_scores(map_, mask, rows, cols, s);
       mul = 1.0f;
     }
-    online_softmax_step_bf16(rows, cols, s, mul, m, l, alpha, p16(scratch, d, dv), o, dv);
+    online_softmax_step_avx512(rows, cols, s, mul, m, l, alpha, p16(scratch, d, dv), o, dv);
   }
 
   // o (rows x dv) += P V, with P from probabilities() and V rows [col0, ..) of K/V head hk.
@@ -127,6 +127,17 @@ void online_softmax_step(int64_t rows, int64_t cols, float* s, float* m, float* 
     for (int64_t c = 0; c < cols; ++c) sum += row[c];
     l[r] = l[r] * alpha[r] + sum;
   }
+}
+
+// The step over finished scores on the generic path: P over s in fp32, and o's rows (dv floats; o may be null)
+// times alpha. In one AVX-512 pass where the CPU has it (softmax_avx512.hpp), else in the loops above.
+void softmax_step(int64_t rows, int64_t cols, float* s, float* m, float* l, float* alpha, float* o, int64_t dv) {
+  if (avx512_softmax_available()) return online_softmax_step_avx512(rows, cols, s, 1.0f, m, l, alpha, nullptr, o, dv);
+  online_softmax_step(rows, cols, s, m, l, alpha);
+  if (o == nullptr) return;
+  for (int64_t r = 0; r < rows; ++r)
+    if (alpha[r] != 1.0f)
+      for (int64_t c = 0; c < dv; ++c) o[r * dv + c] *= alpha[r];
 }
 
 // Writes O rows (o_acc / l, or 0 for rows that saw no key, m = -inf) and their LSE in natural-log units.
@@ -179,10 +190,7 @@ Status forward_flash2(const ForwardParams& params, const Problem& p) {
         continue;
       }
       score_tile(map, mask, rows, cols, d, qv, view_tile(params.k, b, hk, col0, cols, d, k), s);
-      online_softmax_step(rows, cols, s, m, l, alpha);
-      for (int64_t r = 0; r < rows; ++r)
-        if (alpha[r] != 1.0f)
-          for (int64_t c = 0; c < dv; ++c) o[r * dv + c] *= alpha[r];
+      softmax_step(rows, cols, s, m, l, alpha, o, dv);
       accumulate_w_in(mask, rows, cols, dv, s, view_tile(params.v, b, hk, col0, cols, dv, v), o);
     }
     write_rows(params, p, b, h, row0, rows, m, l, o);
@@ -224,7 +232,7 @@ Status forward_flash1(const ForwardParams& params, const Problem& p) {
           bf16.accumulate_pv(b, hk, rows, col0, cols, d, dv, pv, scratch);
         } else {
           score_tile(map, mask, rows, cols, d, view_tile(params.q, b, h, row0, rows, d, q), kv, s);
-          online_softmax_step(rows, cols, s, m, l, alpha);
+          softmax_step(rows, cols, s, m, l, alpha, nullptr, dv);
           accumulate_w_in(mask, rows, cols, dv, s, vv, pv);
         }
         // O_new = (l_old * alpha * O_old + P V) / l_new: the stored O is normalised after every step.

@@ -134,9 +134,25 @@ void finish_scores(const ScoreMap& map, const TileMask& mask, int64_t rows, int6
     }
 }
 
+namespace {
+
+// True when none of the (rows x dim) tile's values, ld floats apart, is Inf or NaN (all exponent bits set).
+bool tile_finite(const float* t, int64_t rows, int64_t dim, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    uint32_t special = 0;  // an OR over the row, so that the loop vectorises without an early exit
+    for (int64_t d = 0; d < dim; ++d)
+      special |= (std::bit_cast<uint32_t>(t[r * ld + d]) & 0x7f800000u) == 0x7f800000u;
+    if (special) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
 void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w, TileView in,
                      float* out) {
-  if (mask.full) return gemm_ab_accumulate(rows, dim, cols, w, cols, in.data, in.ld, out, dim);
+  if (mask.full || tile_finite(in.data, cols, dim, in.ld))
+    return gemm_ab_accumulate(rows, dim, cols, w, cols, in.data, in.ld, out, dim);
   for (int64_t r = 0; r < rows; ++r) {
     float* o = out + r * dim;
     for (int64_t c = mask.begin[r]; c < mask.end[r]; ++c) {
@@ -149,7 +165,8 @@ void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t d
 
 void accumulate_wt_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w,
                       const float* in, float* out) {
-  if (mask.full) return gemm_atb_accumulate(cols, dim, rows, w, cols, in, dim, out, dim);
+  if (mask.full || tile_finite(in, rows, dim, dim))
+    return gemm_atb_accumulate(cols, dim, rows, w, cols, in, dim, out, dim);
   for (int64_t r = 0; r < rows; ++r) {
     const float* x = in + r * dim;
     for (int64_t c = mask.begin[r]; c < mask.end[r]; ++c) {

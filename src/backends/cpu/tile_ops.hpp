@@ -38,10 +38,11 @@ void store_tile(const Tensor& t, int64_t b, int64_t head, int64_t row0, int64_t 
 void exp2_inplace(float* x, int64_t n);
 
 // The visible keys of each row of a (rows x cols) tile, in tile coordinates: [begin[r], end[r]). A tile
-// with every key visible to every row is "full" and takes the plain GEMM paths; others go element-wise so
-// that a NaN or Inf stored at a masked position never reaches an output (0 * NaN would be NaN).
+// with every key visible to every row is "full" and takes the plain GEMM paths; others also do unless a NaN or
+// Inf is stored in the tile, which then goes element-wise so that it never reaches an output through a masked
+// position (0 * NaN would be NaN).
 struct TileMask {
-  static constexpr int kMaxRows = 128;
+  static constexpr int kMaxRows = 256;
   bool full = true;
   int32_t begin[kMaxRows];
   int32_t end[kMaxRows];
@@ -64,11 +65,13 @@ void score_tile(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t
 // The part of score_tile after the product: raw products in s become scores (scale, softcap, mask).
 void finish_scores(const ScoreMap& map, const TileMask& mask, int64_t rows, int64_t cols, float* s);
 
-// out (rows x dim) += W (rows x cols) * in (cols x dim), counting only each row's visible columns.
+// out (rows x dim) += W (rows x cols) * in (cols x dim), counting only each row's visible columns. W must be 0
+// where the mask hides a key: a masked tile whose `in` holds no Inf or NaN then runs as one dense GEMM (0 times a
+// finite value adds nothing), and only one that does goes element by element.
 // The O += P V and dQ += dS K products.
 void accumulate_w_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w, TileView in,
                      float* out);
-// out (cols x dim) += W^T (cols x rows) * in (rows x dim), counting only visible (row, col) pairs.
+// out (cols x dim) += W^T (cols x rows) * in (rows x dim), counting only visible (row, col) pairs; W as above.
 // The dV += P^T dO and dK += dS^T Q products.
 void accumulate_wt_in(const TileMask& mask, int64_t rows, int64_t cols, int64_t dim, const float* w,
                       const float* in, float* out);

@@ -1,10 +1,11 @@
-// The bf16 fast path's pieces (gemm_bf16.hpp, softmax_bf16.hpp), built into this binary from their sources and
+// The bf16 fast path's pieces (gemm_bf16.hpp, softmax_avx512.hpp), built into this binary from their sources and
 // checked one by one against plain loops, under each kernel this CPU has: the AVX512-BF16 products and, where
 // the CPU and OS allow it, the AMX ones. Shapes cover whole AMX tiles (multiples of 32), the AVX-512 fallback
 // (any other m, n or k, odd k included), the packs' 16 x 16 blocks and their edges, and strided operands. On a
 // CPU without AVX512-BF16 every case reports itself skipped.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -13,7 +14,7 @@
 #include <vector>
 
 #include "backends/cpu/gemm_bf16.hpp"
-#include "backends/cpu/softmax_bf16.hpp"
+#include "backends/cpu/softmax_avx512.hpp"
 #include "common/numeric.hpp"
 #include "support/scoped_env.hpp"
 
@@ -118,52 +119,64 @@ TEST(Bf16Kernels, RowsFiniteFindsInfAndNan) {
     }
 }
 
+// The AVX-512 softmax step (softmax_avx512.hpp) writing P as bf16, and as fp32 over the scores.
 TEST(Bf16Kernels, SoftmaxStepMatchesItsDefinition) {
-  if (kernels().empty()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  if (!avx512_softmax_available()) GTEST_SKIP() << "this CPU has no AVX-512";
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 4.0f);
-  for (const int64_t cols : {int64_t{1}, int64_t{16}, int64_t{37}, int64_t{128}}) {
-    const int64_t rows = 6, dv = 40;
-    const float mul = 0.7f;
-    std::vector<float> s(rows * cols);
-    for (auto& x : s) x = normal(rng);
-    for (int64_t c = 0; c < cols; ++c) s[1 * cols + c] = kNegInf;      // row 1: every key hidden, no key seen yet
-    s[2 * cols] = kNegInf;                                             // row 2: one key hidden
-    s[3 * cols + cols / 2] = std::numeric_limits<float>::quiet_NaN();  // row 3: a NaN score
-    std::vector<float> m = {kNegInf, kNegInf, 0.5f, 1.0f, 100.0f, -3.0f}, l = {0, 0, 2.0f, 1.0f, 3.0f, 0.5f};
-    std::vector<float> o(rows * dv), alpha(rows);
-    for (auto& x : o) x = normal(rng);
-    const std::vector<float> m0 = m, l0 = l, o0 = o;
-    std::vector<uint16_t> p16(rows * cols, 0xffff);
-    online_softmax_step_bf16(rows, cols, s.data(), mul, m.data(), l.data(), alpha.data(), p16.data(), o.data(), dv);
-    for (int64_t r = 0; r < rows; ++r) {
-      SCOPED_TRACE("cols " + std::to_string(cols) + " row " + std::to_string(r));
-      double mx = m0[r];
-      for (int64_t c = 0; c < cols; ++c)
-        if (!std::isnan(s[r * cols + c])) mx = std::max(mx, double(s[r * cols + c] * mul));
-      ASSERT_EQ(m[r], float(mx));
-      const double shift = mx == kNegInf ? 0.0 : mx;
-      const double a = std::exp(m0[r] - shift);
-      ASSERT_NEAR(alpha[r], a, 1e-6 * a);
-      double sum = 0;
-      for (int64_t c = 0; c < cols; ++c) {
-        const double p = std::exp(double(s[r * cols + c] * mul) - shift);
-        sum += p;
-        const float got = bf16_to_float(p16[r * cols + c]);
-        if (std::isnan(p)) {
-          ASSERT_TRUE(std::isnan(got)) << "col " << c;
-        } else {
-          ASSERT_NEAR(got, p, 4e-3 * p + 1e-30) << "col " << c;  // P rounded to bf16 (8 bits)
+  for (const bool bf16 : {true, false}) {
+    if (bf16 && kernels().empty()) continue;  // P in bf16 needs AVX512-BF16
+    for (const int64_t cols : {int64_t{1}, int64_t{16}, int64_t{37}, int64_t{128}}) {
+      const int64_t rows = 6, dv = 40;
+      const float mul = 0.7f;
+      std::vector<float> s(rows * cols);
+      for (auto& x : s) x = normal(rng);
+      for (int64_t c = 0; c < cols; ++c) s[1 * cols + c] = kNegInf;      // row 1: every key hidden, none seen yet
+      s[2 * cols] = kNegInf;                                             // row 2: one key hidden
+      s[3 * cols + cols / 2] = std::numeric_limits<float>::quiet_NaN();  // row 3: a NaN score
+      std::vector<float> m = {kNegInf, kNegInf, 0.5f, 1.0f, 100.0f, -3.0f}, l = {0, 0, 2.0f, 1.0f, 3.0f, 0.5f};
+      std::vector<float> o(rows * dv), alpha(rows);
+      for (auto& x : o) x = normal(rng);
+      const std::vector<float> s0 = s, m0 = m, l0 = l, o0 = o;
+      std::vector<uint16_t> p16(rows * cols, 0xffff);
+      online_softmax_step_avx512(rows, cols, s.data(), mul, m.data(), l.data(), alpha.data(),
+                                 bf16 ? p16.data() : nullptr, o.data(), dv);
+      for (int64_t r = 0; r < rows; ++r) {
+        SCOPED_TRACE(std::string(bf16 ? "bf16" : "fp32") + " P, cols " + std::to_string(cols) + " row " +
+                     std::to_string(r));
+        double mx = m0[r];
+        for (int64_t c = 0; c < cols; ++c)
+          if (!std::isnan(s0[r * cols + c])) mx = std::max(mx, double(s0[r * cols + c] * mul));
+        ASSERT_EQ(m[r], float(mx));
+        const double shift = mx == kNegInf ? 0.0 : mx;
+        const double a = std::exp(m0[r] - shift);
+        ASSERT_NEAR(alpha[r], a, 1e-6 * a);
+        double sum = 0;
+        for (int64_t c = 0; c < cols; ++c) {
+          const double p = std::exp(double(s0[r * cols + c] * mul) - shift);
+          sum += p;
+          const float got = bf16 ? bf16_to_float(p16[r * cols + c]) : s[r * cols + c];
+          if (std::isnan(p)) {
+            ASSERT_TRUE(std::isnan(got)) << "col " << c;
+          } else {  // bf16 keeps 8 bits; fp32 rounds the exponent s - m, up to ~30 here, to ~4e-6 of 1
+            ASSERT_NEAR(got, p, (bf16 ? 4e-3 : 8e-6) * p + 1e-30) << "col " << c;
+          }
         }
+        if (bf16) {
+          ASSERT_TRUE(std::equal(s.begin(), s.end(), s0.begin(), [](float x, float y) {
+            return x == y || (std::isnan(x) && std::isnan(y));
+          })) << "the scores are left as they were";
+        }
+        const double want_l = l0[r] * a + sum;
+        if (std::isnan(want_l)) {
+          ASSERT_TRUE(std::isnan(l[r]));
+        } else {
+          ASSERT_NEAR(l[r], want_l, 1e-6 * want_l + 1e-30);
+        }
+        for (int64_t d = 0; d < dv; ++d)
+          ASSERT_NEAR(o[r * dv + d], o0[r * dv + d] * a, 1e-6 * std::abs(o0[r * dv + d]));
       }
-      const double want_l = l0[r] * a + sum;
-      if (std::isnan(want_l)) {
-        ASSERT_TRUE(std::isnan(l[r]));
-      } else {
-        ASSERT_NEAR(l[r], want_l, 1e-6 * want_l + 1e-30);
-      }
-      for (int64_t d = 0; d < dv; ++d) ASSERT_NEAR(o[r * dv + d], o0[r * dv + d] * a, 1e-6 * std::abs(o0[r * dv + d]));
     }
   }
 }

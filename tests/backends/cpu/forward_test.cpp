@@ -19,7 +19,7 @@ constexpr int64_t kUnbounded = std::numeric_limits<int64_t>::max();  // a window
 
 const std::vector<verify::Problem>& forward_cases() {
   static const std::vector<verify::Problem> cases = {
-      // Square seqlens, from one key to just past two tiles (the flash tiles are 128 x 128).
+      // Square seqlens, from one key to just past two tiles (the flash tiles are 256 x 128).
       Spec(1, 1).dtype(kF32),
       Spec(2, 2).heads(4, 2).dims(32).dtype(kF16).causal().layout(Layout::kHeadsFirst),
       Spec(3, 3).heads(3, 1).dims(8).dtype(kF32).window(1, 0).layout(Layout::kPadded).peaked(),
@@ -30,6 +30,7 @@ const std::vector<verify::Problem>& forward_cases() {
       Spec(128, 128).heads(16, 2).dims(32).dtype(kF16).scale(0.3f).layout(Layout::kPadded),
       Spec(129, 129).heads(4, 2).window(500, 500).layout(Layout::kHeadsFirst),
       Spec(255, 255).heads(2, 1).dtype(kF32).causal().softcap(30).peaked(),
+      Spec(520, 520).heads(2, 1).dims(64).dtype(kF32).causal(),  // three row tiles, the last of 8 rows
       Spec(128, 128).dtype(kF32).softcap(5).scale(1.0f).peaked(),
       Spec(64, 200).dims(256).dtype(kF16).window(-1, 16).layout(Layout::kHeadsFirst),
       Spec(113, 127).heads(3, 1).dims(96).dtype(kF16).causal().peaked(),

@@ -1,4 +1,4 @@
-#include "backends/cpu/softmax_bf16.hpp"
+#include "backends/cpu/softmax_avx512.hpp"
 
 // GCC 12's AVX-512 headers trip -Wmaybe-uninitialized in their callers (GCC bug 105593; see gemm_bf16.cpp).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -33,15 +33,18 @@ __attribute__((target("avx512f"))) inline __m512 exp2_vector(__m512 x) {
 
 inline __mmask16 lanes(int64_t left) { return left >= 16 ? 0xffff : static_cast<__mmask16>((1u << left) - 1); }
 
-}  // namespace
-
-__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void online_softmax_step_bf16(
-    int64_t rows, int64_t cols, const float* s, float mul, float* m, float* l, float* alpha, uint16_t* p16, float* o,
-    int64_t dv) {
+// The step for one P format: bf16 to p16, or fp32 over s. Its target includes AVX512-BF16 for the first; the
+// fp32 instance's code has no bf16 instruction (only the intrinsic below emits one), so CPUs without it run it.
+template <bool kBf16>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) void step(int64_t rows, int64_t cols,
+                                                                                  float* s, float mul, float* m,
+                                                                                  float* l, float* alpha,
+                                                                                  uint16_t* p16, float* o,
+                                                                                  int64_t dv) {
   constexpr float kNegInf = -std::numeric_limits<float>::infinity();
   const __m512 scale = _mm512_set1_ps(mul);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = s + r * cols;
+    float* row = s + r * cols;
     // The row's max; a NaN score is skipped (max returns its second operand, the running max, on NaN).
     __m512 mx = _mm512_set1_ps(m[r]);
     for (int64_t c = 0; c < cols; c += 16) {
@@ -52,7 +55,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void online_soft
     const float shift = m_new == kNegInf ? 0.0f : m_new;  // an all-masked row: avoid -inf - -inf
     const __m512 shift_v = _mm512_set1_ps(shift), log2e = _mm512_set1_ps(kLog2e);
     __m512 sum = _mm512_setzero_ps();
-    uint16_t* prow = p16 + r * cols;
     for (int64_t c = 0; c < cols; c += 32) {
       const __mmask16 k0 = lanes(cols - c), k1 = c + 16 < cols ? lanes(cols - c - 16) : 0;
       const __m512 x0 = _mm512_mul_ps(_mm512_maskz_loadu_ps(k0, row + c), scale);
@@ -60,8 +62,14 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void online_soft
       const __m512 p0 = _mm512_maskz_mov_ps(k0, exp2_vector(_mm512_mul_ps(_mm512_sub_ps(x0, shift_v), log2e)));
       const __m512 p1 = _mm512_maskz_mov_ps(k1, exp2_vector(_mm512_mul_ps(_mm512_sub_ps(x1, shift_v), log2e)));
       sum = _mm512_add_ps(sum, _mm512_add_ps(p0, p1));
-      const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);  // p0's 16 values first
-      _mm512_mask_storeu_epi16(prow + c, static_cast<__mmask32>(k0) | static_cast<__mmask32>(k1) << 16, packed);
+      if constexpr (kBf16) {
+        const __m512i packed = (__m512i)_mm512_cvtne2ps_pbh(p1, p0);  // p0's 16 values first
+        _mm512_mask_storeu_epi16(p16 + r * cols + c, static_cast<__mmask32>(k0) | static_cast<__mmask32>(k1) << 16,
+                                 packed);
+      } else {
+        _mm512_mask_storeu_ps(row + c, k0, p0);
+        _mm512_mask_storeu_ps(row + c + 16, k1, p1);
+      }
     }
     const float a = exp2_vector(_mm512_set1_ps((m[r] - shift) * kLog2e))[0];
     alpha[r] = a;
@@ -75,6 +83,22 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void online_soft
                               _mm512_mul_ps(_mm512_maskz_loadu_ps(lanes(dv - c), orow + c), av));
     }
   }
+}
+
+}  // namespace
+
+bool avx512_softmax_available() {
+  static const bool available = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
+  return available;
+}
+
+void online_softmax_step_avx512(int64_t rows, int64_t cols, float* s, float mul, float* m, float* l, float* alpha,
+                                uint16_t* p16, float* o, int64_t dv) {
+  if (p16 != nullptr)
+    step<true>(rows, cols, s, mul, m, l, alpha, p16, o, dv);
+  else
+    step<false>(rows, cols, s, mul, m, l, alpha, nullptr, o, dv);
 }
 
 }  // namespace flashtile::cpu
