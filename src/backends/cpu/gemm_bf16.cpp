@@ -16,6 +16,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "common/numeric.hpp"
+
 namespace flashtile::cpu {
 
 namespace {
@@ -82,11 +84,35 @@ inline uint32_t a_pair(const uint16_t* row, int64_t p, int64_t k) {
   return lo | (hi << 16);
 }
 
+// Transposes 16 rows of 16 words held in registers: out[j] holds word j of every row. A 32-bit and a 64-bit
+// interleave within 128-bit lanes, then two stages of 128-bit lane shuffles.
+__attribute__((target("avx512f"))) inline void transpose_16x16(const __m512i in[16], __m512i out[16]) {
+  __m512i t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {  // t[i], t[i+1]: words 4L+0,1 and 4L+2,3 of rows i, i+1, per lane L
+    t[i] = _mm512_unpacklo_epi32(in[i], in[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(in[i], in[i + 1]);
+  }
+  for (int g = 0; g < 16; g += 4) {  // u[g + c], lane L: rows g .. g+3 of word 4L + c
+    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {  // word 4L + c of the 16 rows: lane L of u[c], u[4 + c], u[8 + c], u[12 + c]
+    const __m512i lo01 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44), hi01 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xee);
+    const __m512i lo23 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44),
+                  hi23 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xee);
+    out[c] = _mm512_shuffle_i32x4(lo01, lo23, 0x88);
+    out[4 + c] = _mm512_shuffle_i32x4(lo01, lo23, 0xdd);
+    out[8 + c] = _mm512_shuffle_i32x4(hi01, hi23, 0x88);
+    out[12 + c] = _mm512_shuffle_i32x4(hi01, hi23, 0xdd);
+  }
+}
+
 // pack[p][j] = pair p of B's row j (B is n x k): B's rows read as words, transposed. Whole 16 x 16 blocks of
-// words go through AVX-512 (a 32-bit, a 64-bit and two 128-bit-lane interleaving stages); the edges and an odd
-// k's last pair are copied one word at a time.
+// words go through AVX-512; the edges and an odd k's last pair are copied one word at a time.
 __attribute__((target("avx512f"))) void pack_rows_transposed(int64_t n, int64_t k, const uint16_t* b, int64_t ldb,
-                                                             uint32_t* pack) {
+                                                               uint32_t* pack) {
   const int64_t pairs = (k + 1) / 2, full_pairs = k / 2;
   int64_t j0 = 0;
   for (; j0 + 16 <= n; j0 += 16) {
@@ -94,27 +120,8 @@ __attribute__((target("avx512f"))) void pack_rows_transposed(int64_t n, int64_t 
     for (; p0 + 16 <= full_pairs; p0 += 16) {
       __m512i r[16], t[16];
       for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(b + (j0 + i) * ldb + 2 * p0);
-      for (int i = 0; i < 16; i += 2) {  // t[i], t[i+1]: words 4L+0,1 and 4L+2,3 of rows i, i+1, per lane L
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-      }
-      for (int g = 0; g < 16; g += 4) {  // r[g + c], lane L: rows g .. g+3 of word 4L + c
-        r[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-        r[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-        r[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-        r[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-      }
-      for (int c = 0; c < 4; ++c) {  // word 4L + c of the 16 rows: lane L of r[c], r[4 + c], r[8 + c], r[12 + c]
-        const __m512i lo01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x44),
-                      hi01 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xee);
-        const __m512i lo23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x44),
-                      hi23 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xee);
-        uint32_t* out = pack + (p0 + c) * n + j0;
-        _mm512_storeu_si512(out, _mm512_shuffle_i32x4(lo01, lo23, 0x88));
-        _mm512_storeu_si512(out + 4 * n, _mm512_shuffle_i32x4(lo01, lo23, 0xdd));
-        _mm512_storeu_si512(out + 8 * n, _mm512_shuffle_i32x4(hi01, hi23, 0x88));
-        _mm512_storeu_si512(out + 12 * n, _mm512_shuffle_i32x4(hi01, hi23, 0xdd));
-      }
+      transpose_16x16(r, t);
+      for (int i = 0; i < 16; ++i) _mm512_storeu_si512(pack + (p0 + i) * n + j0, t[i]);
     }
     for (int64_t j = j0; j < j0 + 16; ++j)
       for (int64_t p = p0; p < pairs; ++p) pack[p * n + j] = a_pair(b + j * ldb, p, k);
@@ -270,6 +277,37 @@ void run_blocks(Bf16Kernel kernel, int64_t m, int64_t n, int64_t k, const uint16
 }
 
 }  // namespace
+
+__attribute__((target("avx512f,avx512bf16"))) void round_to_bf16(int64_t rows, int64_t cols, const float* a,
+                                                                   int64_t lda, uint16_t* out) {
+  for (int64_t r = 0; r < rows; ++r) {
+    int64_t c = 0;
+    for (; c + 16 <= cols; c += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + r * cols + c),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(a + r * lda + c)));
+    for (; c < cols; ++c) out[r * cols + c] = float_to_bf16(a[r * lda + c]);
+  }
+}
+
+__attribute__((target("avx512f,avx512bf16"))) void transpose_to_bf16(int64_t rows, int64_t cols, const float* a,
+                                                                       int64_t lda, uint16_t* out) {
+  int64_t r0 = 0;
+  for (; r0 + 16 <= rows; r0 += 16) {
+    int64_t c0 = 0;
+    for (; c0 + 16 <= cols; c0 += 16) {
+      __m512i in[16], t[16];
+      for (int i = 0; i < 16; ++i) in[i] = _mm512_castps_si512(_mm512_loadu_ps(a + (r0 + i) * lda + c0));
+      transpose_16x16(in, t);  // t[j]: column c0 + j of rows r0 .. r0 + 15
+      for (int j = 0; j < 16; ++j)
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (c0 + j) * rows + r0),
+                            (__m256i)_mm512_cvtneps_pbh(_mm512_castsi512_ps(t[j])));
+    }
+    for (int64_t c = c0; c < cols; ++c)
+      for (int64_t r = r0; r < r0 + 16; ++r) out[c * rows + r] = float_to_bf16(a[r * lda + c]);
+  }
+  for (int64_t r = r0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) out[c * rows + r] = float_to_bf16(a[r * lda + c]);
+}
 
 void gemm_bf16_abt(Bf16Kernel kernel, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                    const uint16_t* b, int64_t ldb, float* c, int64_t ldc, uint32_t* pack) {

@@ -26,6 +26,13 @@ bool bf16_rows_finite(int64_t rows, int64_t cols, const uint16_t* a, int64_t ld)
 // Words of `pack` scratch the two products below need for an (m x n) result with inner dimension k.
 inline int64_t bf16_pack_words(int64_t n, int64_t k) { return (k + 1) / 2 * n; }
 
+// out (rows x cols, dense) = a (rows x cols, lda floats apart) rounded to bf16 (to nearest even): an fp32
+// operand (P, dS) made ready for the products below. Needs AVX512-BF16 (a kernel other than kNone).
+void round_to_bf16(int64_t rows, int64_t cols, const float* a, int64_t lda, uint16_t* out);
+// out (cols x rows, dense) = a^T, with a (rows x cols, lda floats apart), rounded to bf16: P^T and dS^T as the
+// A operands of dV += P^T dO and dK += dS^T Q.
+void transpose_to_bf16(int64_t rows, int64_t cols, const float* a, int64_t lda, uint16_t* out);
+
 // C (m x n) = A (m x k) * B^T, with B (n x k); A, B bf16 rows, lda/ldb in elements. kernel is not kNone.
 void gemm_bf16_abt(Bf16Kernel kernel, int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda,
                    const uint16_t* b, int64_t ldb, float* c, int64_t ldc, uint32_t* pack);

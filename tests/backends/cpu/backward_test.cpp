@@ -3,8 +3,12 @@
 // cases. verify::Case gives dO a layout different from O's, as TESTING.md asks.
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <limits>
+#include <string>
 #include <vector>
 
+#include "support/scoped_env.hpp"
 #include "support/test_support.hpp"
 
 namespace flashtile::test {
@@ -113,6 +117,52 @@ TEST(Backward, Fp32PeakedInputsStayNearTheRule) {
       else
         EXPECT_LE(v.max_err, 2.0 * v.bound) << replay(problem, seed, Backend::kCpuFlash2) << "\n" << v.summary();
     }
+  }
+}
+
+// The bf16 products (gemm_bf16.hpp) under each kernel: AMX where the CPU and OS give it (the default there) and
+// AVX512-BF16 (FLASHTILE_CPU_AMX=0); elsewhere the fp32 products, which must pass too. Whole AMX tiles and
+// tails, masked tiles, a head dim AMX cannot take (80), Dv != D, softcap and GQA.
+class BackwardBf16Kernels : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(BackwardBf16Kernels, MatchOracle) {
+  ScopedEnv amx("FLASHTILE_CPU_AMX", GetParam());
+  const verify::Problem cases[] = {
+      Spec(200, 200).heads(4, 2).dims(128).causal(),
+      Spec(130, 190).dims(64, 96).window(50, 10).peaked(),
+      Spec(128, 128).heads(2, 1).dims(80).softcap(20),
+      Spec(65, 129).heads(3, 1).dims(32, 64),
+  };
+  for (const verify::Problem& problem : cases) {
+    const uint64_t seed = seed_for(problem);
+    const verify::CheckResult r = verify::check(problem, seed, Backend::kCpuFlash2, /*with_backward=*/true);
+    EXPECT_TRUE(r.pass()) << "FLASHTILE_CPU_AMX=" << GetParam() << " "
+                          << replay(problem, seed, Backend::kCpuFlash2) << "\n"
+                          << r.summary();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cpu, BackwardBf16Kernels, ::testing::Values("1", "0"),
+                         [](const auto& info) { return std::string(info.param[0] == '1' ? "Amx" : "Avx512"); });
+
+// A NaN in one row of dO reaches the gradients that depend on that row and no others: under a causal mask row
+// 70 sees keys 0..70, so dK and dV of keys 71.. stay finite, as does dQ of every other row. Masked tiles run as
+// dense products only when the rows they multiply are finite (0 * NaN is NaN); this checks that they do not when
+// one is not.
+TEST(Backward, NanInOneRowOfDoutReachesOnlyItsGradients) {
+  for (const DType dtype : {DType::kBFloat16, kF32}) {
+    const verify::Problem problem = Spec(200, 200).dims(64).dtype(dtype).causal();
+    verify::Case c = verify::Case::make(problem, seed_for(problem), /*with_backward=*/true);
+    ASSERT_TRUE(forward(c.forward_params(Backend::kCpuFlash2)).ok());
+    constexpr int64_t kRow = 70;
+    for (int64_t d = 0; d < 64; ++d) c.dout.set({0, kRow, 0, d}, std::numeric_limits<float>::quiet_NaN());
+    ASSERT_TRUE(backward(c.backward_params(Backend::kCpuFlash2)).ok());
+    for (int64_t i = 0; i < 200; ++i)
+      for (int64_t d = 0; d < 64; ++d) {
+        ASSERT_EQ(std::isnan(c.dq.get({0, i, 0, d})), i == kRow) << dtype_name(dtype) << " dq row " << i;
+        ASSERT_EQ(std::isnan(c.dk.get({0, i, 0, d})), i <= kRow) << dtype_name(dtype) << " dk key " << i;
+        ASSERT_EQ(std::isnan(c.dv.get({0, i, 0, d})), i <= kRow) << dtype_name(dtype) << " dv key " << i;
+      }
   }
 }
 

@@ -95,6 +95,29 @@ TEST(Bf16Kernels, ProductsMatchPlainLoops) {
   }
 }
 
+TEST(Bf16Kernels, RoundAndTransposeToBf16) {
+  if (kernels().empty()) GTEST_SKIP() << "this CPU has no AVX512-BF16";
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  for (const Shape& s : kShapes) {  // m x n as rows x cols: whole 16 x 16 blocks and every kind of edge
+    const int64_t rows = s.m, cols = s.n, lda = cols + 5;
+    std::vector<float> a(rows * lda);
+    for (auto& x : a) x = normal(rng);
+    a[0] = std::numeric_limits<float>::quiet_NaN();
+    std::vector<uint16_t> rounded(rows * cols), transposed(rows * cols);
+    round_to_bf16(rows, cols, a.data(), lda, rounded.data());
+    transpose_to_bf16(rows, cols, a.data(), lda, transposed.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint16_t want = float_to_bf16(a[r * lda + c]);
+        const auto same = [&](uint16_t got) { return r + c == 0 ? std::isnan(bf16_to_float(got)) : got == want; };
+        ASSERT_TRUE(same(rounded[r * cols + c])) << rows << " x " << cols << ", rounded (" << r << ", " << c << ")";
+        ASSERT_TRUE(same(transposed[c * rows + r])) << rows << " x " << cols << ", transposed (" << r << ", " << c
+                                                    << ")";
+      }
+  }
+}
+
 TEST(Bf16Kernels, EnvironmentRulesAmxOut) {
   if (bf16_kernel() != Bf16Kernel::kAmx) GTEST_SKIP() << "this CPU or OS gives no AMX";
   ScopedEnv off("FLASHTILE_CPU_AMX", "0");
