@@ -33,10 +33,11 @@ namespace {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-// Tile sizes for both passes; the working set at head_dim 128 is about 200 KB of fp32 per thread.
+// Tile sizes for both passes: 128 x 128 ran 1.2-1.3x faster than 64 x 64 (docs/perf-log.md, CPU v4); the
+// working set at head_dim 128 is about 600 KB of fp32 per thread, inside a core's L2.
 struct BackwardTiles {
-  static constexpr int64_t kBlockM = 64;
-  static constexpr int64_t kBlockN = 64;
+  static constexpr int64_t kBlockM = 128;
+  static constexpr int64_t kBlockN = 128;
   static_assert(kBlockM <= TileMask::kMaxRows, "TileMask holds at most kMaxRows rows");
 };
 

@@ -19,7 +19,7 @@ constexpr DType kF32 = DType::kFloat32, kF16 = DType::kFloat16;  // bf16 is the 
 
 const std::vector<verify::Problem>& backward_cases() {
   static const std::vector<verify::Problem> cases = {
-      // Square seqlens across the backward's 64 x 64 tiles.
+      // Square seqlens across the backward's 128 x 128 tiles.
       Spec(1, 1).dims(32),
       Spec(2, 2).heads(4, 2).dtype(kF16).window(0, 0).layout(Layout::kPadded),
       Spec(3, 3).heads(3, 1).dims(8).window(-1, 1),
