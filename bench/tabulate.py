@@ -66,18 +66,35 @@ def gpu_table(ours, peers):
 
 
 def cpu_table(ours, peers):
-    torch = {(r["dtype"], r["S"], r["causal"]): r for r in peers if r.get("kind") == "cpu"}
-    fa1 = {(r["dtype"], r["S"], r["causal"]): r for r in ours if r.get("impl") == "flashtile-cpu-fa1"}
-    lines = ["| dtype | S | mask | flashtile FA2 | flashtile FA1 | torch CPU SDPA | FA2 / torch | FA2 / FA1 |",
-             "|---|---|---|---|---|---|---|---|"]
+    """Forward (and, where both sides timed one, backward) TFLOP/s beside PyTorch's CPU attention; dtype names
+    as either side writes them (bf16 / bfloat16)."""
+    def key(r):
+        return {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}.get(r["dtype"], r["dtype"]), r["S"], r["causal"]
+
+    torch = {key(r): r for r in peers if r.get("kind") == "cpu" and r.get("impl") == "torch-cpu"}
+    fa1 = {key(r): r for r in ours if r.get("impl") == "flashtile-cpu-fa1"}
+    with_bwd = any("bwd_tflops" in r for r in ours) and any("bwd_tflops" in r for r in torch.values())
+    head = "| dtype | S | mask | flashtile FA2 | flashtile FA1 | torch CPU SDPA | FA2 / torch | FA2 / FA1 |"
+    lines = [head + (" flashtile bwd | torch bwd | bwd / torch |" if with_bwd else ""),
+             "|---" * (head.count("|") - 1 + (3 if with_bwd else 0)) + "|"]
+
+    def cell(x, fmt):
+        return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, fmt)
+
     for r in ours:
         if r.get("impl") != "flashtile-cpu":
             continue
-        key = (r["dtype"], r["S"], r["causal"])
-        t, f1 = torch.get(key), fa1.get(key)
-        lines.append(f'| {r["dtype"]} | {r["S"]} | {"causal" if r["causal"] else "full"} | {r["tflops"]:.3f} | '
-                     f'{f1["tflops"]:.3f} | {t["tflops"]:.3f} | {r["tflops"] / t["tflops"]:.2f}x | '
-                     f'{r["tflops"] / f1["tflops"]:.2f}x |')
+        t, f1 = torch.get(key(r)), fa1.get(key(r))
+        t_fwd = t["tflops"] if t else None
+        f1_fwd = f1["tflops"] if f1 else None
+        line = (f'| {r["dtype"]} | {r["S"]} | {"causal" if r["causal"] else "full"} | {r["tflops"]:.3f} | '
+                f'{cell(f1_fwd, ".3f")} | {cell(t_fwd, ".3f")} | {cell(t_fwd and r["tflops"] / t_fwd, ".2f")}x | '
+                f'{cell(f1_fwd and r["tflops"] / f1_fwd, ".2f")}x |')
+        if with_bwd:
+            ours_bwd, t_bwd = r.get("bwd_tflops"), t.get("bwd_tflops") if t else None
+            ratio = ours_bwd / t_bwd if ours_bwd and t_bwd else None
+            line += f' {cell(ours_bwd, ".3f")} | {cell(t_bwd, ".3f")} | {cell(ratio, ".2f")}x |'
+        lines.append(line)
     return lines
 
 
@@ -88,7 +105,8 @@ def main():
         sys.exit(0 if wants_help else 2)
     ours, peers = load(sys.argv[1]), load(sys.argv[2])
     env = [r for r in ours + peers if r.get("kind") in ("env", "gemm_bf16", "copy")]
-    print("Measured in one call on the GPU machine; TFLOP/s by the headline count (4*B*H*S*S*D, halved for causal).\n")
+    print("Measured in one run (on the GPU machine: one call); TFLOP/s by the headline count (4*B*H*S*S*D, halved for "
+          "causal; backward 2.5x).\n")
     for r in env:
         print("- " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items()))
     print()
