@@ -24,6 +24,7 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/gemm_bf16.hpp"
 #include "backends/cpu/parallel.hpp"
+#include "backends/cpu/softmax_avx512.hpp"
 #include "backends/cpu/tile_ops.hpp"
 #include "common/numeric.hpp"
 
@@ -242,6 +243,9 @@ class Backward {
   // Masked entries of both are exactly 0, set rather than multiplied so a NaN stored at a hidden key stays out.
   void probabilities_and_ds(const TileMask& mask, int64_t rows, int64_t cols, const QueryTile& qt, float* prob,
                             float* ds, float* th) const {
+    if (p_.softcap == 0 && avx512_softmax_available())  // the same steps in one AVX-512 pass
+      return backward_probabilities_avx512(rows, cols, prob, ds, map_.mul, qt.lse, qt.delta, p_.scale,
+                                           mask.full ? nullptr : mask.begin, mask.full ? nullptr : mask.end);
     // P = exp(S - LSE), S - LSE formed in natural units and only then scaled to log2 units. The forward may have
     // summed S's products in another order (the bf16 forward, gemm_bf16.hpp; other tile shapes), and an LSE may
     // come from elsewhere (SPEC.md), so S - LSE can land a rounding above 0 where the row's max dominates: P is

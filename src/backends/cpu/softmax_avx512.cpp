@@ -87,6 +87,30 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16"))) void st
 
 }  // namespace
 
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq"))) void backward_probabilities_avx512(
+    int64_t rows, int64_t cols, float* s, float* ds, float mul, const float* lse, const float* delta, float scale,
+    const int32_t* begin, const int32_t* end) {
+  const __m512 mul_v = _mm512_set1_ps(mul), scale_v = _mm512_set1_ps(scale), log2e = _mm512_set1_ps(kLog2e);
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (int64_t r = 0; r < rows; ++r) {
+    float *srow = s + r * cols, *dsrow = ds + r * cols;
+    const __m512 lse_v = _mm512_set1_ps(lse[r]), delta_v = _mm512_set1_ps(delta[r]);
+    const int32_t lo = begin ? begin[r] : 0, hi = end ? end[r] : static_cast<int32_t>(cols);
+    for (int64_t c = 0; c < cols; c += 16) {
+      const __mmask16 in = lanes(cols - c);
+      const __m512i key = _mm512_add_epi32(lane, _mm512_set1_epi32(static_cast<int32_t>(c)));
+      const __mmask16 visible = in & _mm512_cmpge_epi32_mask(key, _mm512_set1_epi32(lo)) &
+                                _mm512_cmplt_epi32_mask(key, _mm512_set1_epi32(hi));
+      // The scalar path's order: the score rounded (s * mul), then (score - LSE) * log2e, capped at 0.
+      const __m512 x = _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(in, srow + c), mul_v), lse_v);
+      const __m512 p = exp2_vector(_mm512_min_ps(_mm512_set1_ps(0.0f), _mm512_mul_ps(x, log2e)));
+      const __m512 g = _mm512_mul_ps(p, _mm512_sub_ps(_mm512_maskz_loadu_ps(in, dsrow + c), delta_v));
+      _mm512_mask_storeu_ps(srow + c, in, _mm512_maskz_mov_ps(visible, p));
+      _mm512_mask_storeu_ps(dsrow + c, in, _mm512_maskz_mov_ps(visible, _mm512_mul_ps(g, scale_v)));
+    }
+  }
+}
+
 bool avx512_softmax_available() {
   static const bool available = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");

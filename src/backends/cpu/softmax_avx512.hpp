@@ -21,4 +21,11 @@ bool avx512_softmax_available();
 void online_softmax_step_avx512(int64_t rows, int64_t cols, float* s, float mul, float* m, float* l, float* alpha,
                                 uint16_t* p16, float* o, int64_t dv);
 
+// The backward's step for one tile pair without a softcap, in one pass: from the raw products s (rows x cols)
+// and dP in ds, P = exp(min(s * mul - lse[r], 0)) over s and dS = P * (dP - delta[r]) * scale over ds, both
+// exactly 0 outside each row's visible keys [begin[r], end[r]) (begin and end null: every key). The same
+// arithmetic as flash_backward.cpp's probabilities_and_ds (a NaN stays NaN where visible).
+void backward_probabilities_avx512(int64_t rows, int64_t cols, float* s, float* ds, float mul, const float* lse,
+                                   const float* delta, float scale, const int32_t* begin, const int32_t* end);
+
 }  // namespace flashtile::cpu

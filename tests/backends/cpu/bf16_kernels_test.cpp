@@ -204,5 +204,49 @@ TEST(Bf16Kernels, SoftmaxStepMatchesItsDefinition) {
   }
 }
 
+// The backward's AVX-512 step (softmax_avx512.hpp): P and dS against their definitions, with per-row visible
+// ranges (an empty one, a full one, tails past a multiple of 16), an LSE below a row's max (P capped at 1), and
+// NaN in dP at a hidden key (must give 0) and at a visible one (must give NaN).
+TEST(Bf16Kernels, BackwardStepMatchesItsDefinition) {
+  if (!avx512_softmax_available()) GTEST_SKIP() << "this CPU has no AVX-512";
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  const float kNaN = std::numeric_limits<float>::quiet_NaN();
+  for (const int64_t cols : {int64_t{5}, int64_t{16}, int64_t{37}, int64_t{128}}) {
+    const int64_t rows = 5;
+    const float mul = 0.6f, scale = 0.6f;
+    std::vector<float> s(rows * cols), dp(rows * cols), lse(rows), delta(rows);
+    for (auto& x : s) x = normal(rng);
+    for (auto& x : dp) x = normal(rng);
+    for (int64_t r = 0; r < rows; ++r) lse[r] = 2.0f + normal(rng), delta[r] = normal(rng);
+    lse[3] = -50.0f;  // below every score: S - LSE > 0, P capped at 1
+    const int32_t n = static_cast<int32_t>(cols);
+    const std::vector<int32_t> begin = {0, 2, 0, 1, 3}, end = {n, n - 1, 0, 4, 3};
+    dp[1 * cols + 0] = kNaN;  // row 1 hides key 0
+    dp[1 * cols + 2] = kNaN;  // and sees key 2
+    std::vector<float> p = s, ds = dp;
+    backward_probabilities_avx512(rows, cols, p.data(), ds.data(), mul, lse.data(), delta.data(), scale, begin.data(),
+                                  end.data());
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t i = r * cols + c;
+        SCOPED_TRACE("cols " + std::to_string(cols) + " row " + std::to_string(r) + " col " + std::to_string(c));
+        if (c < begin[r] || c >= std::max(begin[r], end[r])) {
+          ASSERT_EQ(p[i], 0.0f);
+          ASSERT_EQ(ds[i], 0.0f);
+          continue;
+        }
+        const double want_p = std::exp(std::min(double(s[i] * mul) - lse[r], 0.0));
+        ASSERT_NEAR(p[i], want_p, 8e-6 * want_p);
+        const double want_ds = want_p * (double(dp[i]) - delta[r]) * scale;
+        if (std::isnan(want_ds)) {
+          ASSERT_TRUE(std::isnan(ds[i]));
+        } else {
+          ASSERT_NEAR(ds[i], want_ds, 2e-5 * std::abs(want_ds) + 1e-6);
+        }
+      }
+  }
+}
+
 }  // namespace
 }  // namespace flashtile::cpu
