@@ -91,9 +91,10 @@ class View:
         if not hasattr(a, "__dlpack__"):
             raise TypeError(f"{self.name}: expected an array with __dlpack__ (numpy, CuPy, torch), got {type(a).__name__}")
         try:
-            self.capsule = a.__dlpack__(max_version=(1, 0))
-        except TypeError:  # a producer from before DLPack 1.0: no max_version, no read-only arrays
-            self.capsule = a.__dlpack__()
+            try:
+                self.capsule = a.__dlpack__(max_version=(1, 0))
+            except TypeError:  # a producer from before DLPack 1.0: no max_version, no read-only arrays
+                self.capsule = a.__dlpack__()
         except BufferError as e:
             raise ValueError(f"{self.name}: the array cannot be shared through DLPack ({e})") from None
         if _capsule_named(self.capsule, b"dltensor_versioned"):

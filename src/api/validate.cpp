@@ -66,10 +66,11 @@ Status check_view(const char* name, const Tensor& t, int ndim, const char* dims)
   }
   if (t.data == nullptr) return invalid_argument(n + ": data is null but the shape " + shape_string(t) + " is not empty");
   const int64_t size = static_cast<int64_t>(dtype_size(t.dtype));
-  int64_t lowest_byte, highest_byte;
+  int64_t lowest_byte, end_element, end_byte;  // [data + lowest_byte, data + end_byte)
   const uintptr_t base = reinterpret_cast<uintptr_t>(t.data);
-  if (__builtin_mul_overflow(lowest, size, &lowest_byte) || __builtin_mul_overflow(highest + 1, size, &highest_byte) ||
-      static_cast<uintptr_t>(-lowest_byte) > base || UINTPTR_MAX - base < static_cast<uintptr_t>(highest_byte))
+  if (__builtin_mul_overflow(lowest, size, &lowest_byte) || lowest_byte == INT64_MIN ||
+      __builtin_add_overflow(highest, 1, &end_element) || __builtin_mul_overflow(end_element, size, &end_byte) ||
+      static_cast<uintptr_t>(-lowest_byte) > base || UINTPTR_MAX - base < static_cast<uintptr_t>(end_byte))
     return invalid_argument(n + ": strides reach past the ends of the address space (shape " + shape_string(t) +
                             ", " + std::to_string(size) + "-byte elements)");
   if (reinterpret_cast<uintptr_t>(t.data) % dtype_size(t.dtype) != 0)

@@ -140,13 +140,16 @@ void softmax_step(int64_t rows, int64_t cols, float* s, float* m, float* l, floa
       for (int64_t c = 0; c < dv; ++c) o[r * dv + c] *= alpha[r];
 }
 
-// Writes O rows (o_acc / l, or 0 for rows that saw no key, m = -inf) and their LSE in natural-log units.
-// A NaN that reached l (NaN in a visible q, k or v) stays NaN in O and LSE.
+// Writes O rows (o_acc / l, or 0 for rows that see no key) and their LSE in natural-log units. Whether a row
+// sees a key is the mask's answer, not the running max's: a row whose visible scores are all NaN (a NaN in its q
+// row or in its only key) keeps m = -inf with l = NaN, and one whose scores are all -inf (an Inf in K) keeps
+// l = 0; both depend on the input and come out NaN (0 / 0 for the second), as the float64 oracle gives them.
 void write_rows(const ForwardParams& params, const Problem& p, int64_t b, int64_t h, int64_t row0, int64_t rows,
                 const float* m, const float* l, float* o_acc) {
   const int64_t dv = p.head_dim_v;
+  auto sees_keys = [&](int64_t r) { return p.keys.lo(row0 + r) <= p.keys.hi(row0 + r); };
   for (int64_t r = 0; r < rows; ++r) {
-    const bool seen = m[r] != kNegInf;
+    const bool seen = sees_keys(r);
     const float inv = 1.0f / l[r];
     float* o = o_acc + r * dv;
     for (int64_t d = 0; d < dv; ++d) o[d] = seen ? o[d] * inv : 0.0f;
@@ -154,9 +157,9 @@ void write_rows(const ForwardParams& params, const Problem& p, int64_t b, int64_
   store_tile(params.out, b, h, row0, rows, dv, 1.0f, o_acc);
   if (!p.with_lse) return;
   float* lse = static_cast<float*>(params.lse.data);
-  for (int64_t r = 0; r < rows; ++r)
+  for (int64_t r = 0; r < rows; ++r)  // m = -inf with l = 0 gives -inf, with l = NaN NaN
     lse[offset_bhs(params.lse, b, h, row0 + r)] =
-        m[r] != kNegInf ? static_cast<float>(m[r] + std::log(static_cast<double>(l[r]))) : kNegInf;
+        sees_keys(r) ? static_cast<float>(m[r] + std::log(static_cast<double>(l[r]))) : kNegInf;
 }
 
 Status forward_flash2(const ForwardParams& params, const Problem& p) {

@@ -42,7 +42,10 @@ bool amx_granted() {
 }  // namespace
 
 Bf16Kernel bf16_kernel() {
-  static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw");
+  // AVX512-BF16 and the subsets the kernels and the softmax step use besides (every CPU with it has them; a
+  // virtual machine may hide some).
+  static const bool avx512_bf16 = __builtin_cpu_supports("avx512bf16") && __builtin_cpu_supports("avx512bw") &&
+                                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq");
   if (!avx512_bf16) return Bf16Kernel::kNone;
   const char* amx = std::getenv("FLASHTILE_CPU_AMX");
   if ((amx == nullptr || std::strcmp(amx, "0") != 0) && amx_granted()) return Bf16Kernel::kAmx;

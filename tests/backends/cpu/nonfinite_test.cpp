@@ -161,6 +161,30 @@ std::vector<Poison> visible_cases() {
 INSTANTIATE_TEST_SUITE_P(Cpu, VisibleNaN, ::testing::ValuesIn(visible_cases()),
                          [](const auto& info) { return describe(info.param); });
 
+// ---- a row whose every visible score is NaN -------------------------------------------------------------------
+
+// A NaN in q row 5 makes all of that row's scores NaN, and a NaN in key 0 all of causal row 0's (its only key).
+// The running max skips NaN and stays -inf, as for a row that sees no key; such rows must still come out NaN
+// (O and LSE), as the oracle gives them, not as the no-visible-key rule's 0 and -inf. The other rows are finite.
+TEST(NaNScores, WholeRowComesOutNaN) {
+  for (const Backend backend : {Backend::kCpuFlash2, Backend::kCpuFlash1, Backend::kCpuReference})
+    for (const DType dtype : {DType::kBFloat16, DType::kFloat32})
+      for (const bool in_k : {false, true}) {
+        const verify::Problem problem = in_k ? Spec(40, 40).dims(16).dtype(dtype).causal().window(0, 0)
+                                             : Spec(40, 40).dims(16).dtype(dtype);
+        verify::Case c = verify::Case::make(problem, seed_for(problem), /*with_backward=*/false);
+        const int64_t row = in_k ? 0 : 5;
+        (in_k ? c.k : c.q).set({0, row, 0, 3}, kNaN);
+        ASSERT_TRUE(forward(c.forward_params(backend)).ok());
+        const std::string what = backend_tag(backend) + " " + dtype_name(dtype) + (in_k ? ", NaN key" : ", NaN q");
+        for (int64_t i = 0; i < 40; ++i) {
+          EXPECT_EQ(std::isnan(c.lse.get({0, 0, i})), i == row) << what << ", lse row " << i;
+          for (int64_t d = 0; d < 16; ++d)
+            ASSERT_EQ(std::isnan(c.out.get({0, i, 0, d})), i == row) << what << ", out row " << i;
+        }
+      }
+}
+
 // ---- logits so large that one rounding of S outweighs a unit of the softmax ------------------------------------
 
 // q and k scaled by 3000: scores ~1e7, where fp32 rounds S to steps of ~1. The backward recomputes S and the
