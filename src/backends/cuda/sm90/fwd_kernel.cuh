@@ -101,7 +101,7 @@ struct FwdTraits {
                                    make_stride(stride[1], _1{}, stride[2], stride[0])));
   }
   using GmemTensor = decltype(gmem_tensor(nullptr, 1, 1, 1, 1, nullptr));
-  // o likewise, writable: the TMA store of the epilogue, from a Q buffer (same shape and layout).
+  // o likewise, writable: the TMA store of the epilogue, from a warpgroup's rows of a Q buffer.
   static auto gmem_tensor_out(void* ptr, int seqlen, int head_dim, int heads, int batch, const int64_t* stride) {
     using namespace cute;
     return cute::make_tensor(make_gmem_ptr(static_cast<T*>(ptr)),
@@ -110,7 +110,10 @@ struct FwdTraits {
   }
   using GmemTensorOut = decltype(gmem_tensor_out(nullptr, 1, 1, 1, 1, nullptr));
   using TmaQ = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemTensor>(), SmemLayoutQ{}));
-  using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, std::declval<GmemTensorOut>(), SmemLayoutQ{}));
+  // O leaves by TMA a warpgroup at a time (its 64 rows of the tile's Q buffer), so that neither waits for the
+  // other at the tile's end.
+  using SmemLayoutO = decltype(cute::tile_to_shape(SwizzleAtom{}, cute::Shape<cute::_64, D>{}));
+  using TmaO = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{}, std::declval<GmemTensorOut>(), SmemLayoutO{}));
   using TmaKV = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{}, std::declval<GmemTensor>(),
                                              cute::take<0, 2>(SmemLayoutKV{})));
   using Pipeline = cutlass::PipelineTmaAsync<kStages>;
@@ -362,6 +365,17 @@ struct Consumer {
   }
 };
 
+// bar.sync on named barrier kFirst + index for kThreads threads, index < 3 (a consumer warpgroup's): the id stays
+// an immediate, as an id from a register makes ptxas reserve all 16 named barriers (docs/perf-log.md, sm90
+// forward v16).
+template <int kFirst, int kThreads>
+__device__ __forceinline__ void consumer_barrier(int index) {
+  auto at = [](auto id) { asm volatile("bar.sync %0, %1;\n" ::"n"(decltype(id)::value), "n"(kThreads)); };
+  if (index == 0) at(cute::Int<kFirst>{});
+  else if (index == 1) at(cute::Int<kFirst + 1>{});
+  else at(cute::Int<kFirst + 2>{});
+}
+
 // kSchedule (fwd_config.hpp): kOverlap is the library's; the harness also times kSerial and kPingPong (which
 // measured slower on top of the overlap: docs/perf-log.md, sm90 v4).
 template <typename Traits, bool kSoftcap, int kSchedule>
@@ -448,7 +462,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
   // __syncthreads), which completes once the other warpgroup has arrived there, i.e. has issued its products;
   // after issuing it arrives at the other's. Warpgroup 1 arrives once up front, so warpgroup 0 goes first. Both
   // issue the same number of times per tile (the same K/V tiles), so the turns stay paired.
-  constexpr int kEpilogueBarrier = 3;  // a named barrier of the consumer threads (ping-pong takes 1 and 2)
+  // Named barriers past ping-pong's 1 and 2: each consumer warpgroup's own before its O store (3 + consumer).
+  constexpr int kEpilogueBarrier = 3;
   constexpr bool kTakeTurns = kSchedule == Schedule::kPingPong;
   static_assert(!kTakeTurns || Traits::kConsumers == 2, "ping-pong pairs two consumer warpgroups");
   constexpr int kTurnThreads = 2 * 128;
@@ -523,12 +538,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       c.issue_accumulate(sVt(_, _, state_v.index()), first_half(blk.n_last));
       their_turn();
     }
-    // The epilogue: the rows' 1 / l and LSE while the last P V runs; then the consumers write O into the
-    // tile's Q buffer, one thread stores the tile by TMA (rows past the sequence end and columns past the head
-    // dim are clipped by the descriptor) and waits only until the buffer has been read, and the consumers go on
-    // to the next tile while the writes land. The Q buffer is released (q_empty) once that read is done: the
-    // barrier completes on the storing thread's arrival, the last. The batch and head again from the tile
-    // number rather than kept live through the loop: at D = 256 the registers are that tight.
+    // The epilogue: the rows' 1 / l and LSE while the last P V runs; then each consumer warpgroup writes its
+    // rows of O into the tile's Q buffer, one of its threads stores them by TMA (rows past the sequence end and
+    // columns past the head dim are clipped by the descriptor) and waits only until they have been read, and the
+    // warpgroup goes on to the next tile while the writes land. The Q buffer is released (q_empty) once every
+    // warpgroup's read is done: the barrier completes on the storing threads' arrivals. The batch and head
+    // again from the tile number rather than kept live through the loop: at D = 256 the registers are that
+    // tight.
     const int bh = CtaBlock::bh_of(f, tile, f.heavy_first), b = bh / f.heads_q, h = bh % f.heads_q;
     float inv[2];
     c.finish_rows(f, b, h, inv);
@@ -541,15 +557,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     }
     c.stage_o(sQ_wg, inv, static_cast<int>(threadIdx.x % 128));
     cutlass::arch::fence_view_async_shared();  // the generic-proxy writes above, visible to the TMA unit
-    asm volatile("bar.sync %0, %1;\n" ::"n"(kEpilogueBarrier), "n"(Traits::kConsumers * 128));
-    if (threadIdx.x == 128) {
+    consumer_barrier<kEpilogueBarrier, 128>(consumer);
+    if (threadIdx.x % 128 == 0) {
       auto mO = p.tma_o.get_tma_tensor(make_shape(f.seqlen_q, f.head_dim, f.heads_q, f.batch));
-      auto gO = local_tile(mO(_, _, h, b), Shape<Int<kBlockM>, Int<kHeadDim>>{}, make_coord(blk.row0 / kBlockM, 0));
+      auto gO = local_tile(mO(_, _, h, b), Shape<_64, Int<kHeadDim>>{}, make_coord(blk.row0 / 64 + consumer, 0));
       auto [tOg, tOs] =
-          tma_partition(p.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ(_, _, qs)), group_modes<0, 2>(gO));
+          tma_partition(p.tma_o, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ_wg), group_modes<0, 2>(gO));
       copy(p.tma_o, tOs, tOg);
       tma_store_arrive();
-      tma_store_wait<0>();  // the buffer has been read; the global writes may still be in flight
+      tma_store_wait<0>();  // the rows have been read; the global writes may still be in flight
     }
     cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[qs]);
   });

@@ -65,7 +65,7 @@ cudaError_t launch_variant(const FwdKernelParams& f, int sms, cudaStream_t strea
                           Traits::gmem_tensor(v_data, kv_rows, f.head_dim, heads_kv, f.batch, v_stride), kv_layout),
       cute::make_tma_copy(cute::SM90_TMA_STORE{},
                           Traits::gmem_tensor_out(f.o, f.seqlen_q, f.head_dim, f.heads_q, f.batch, o_stride),
-                          typename Traits::SmemLayoutQ{}),
+                          typename Traits::SmemLayoutO{}),
       ordered};
   auto kernel = fwd_kernel<Traits, false, kSchedule>;
   if (f.softcap > 0) {
