@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -143,6 +144,32 @@ TEST_P(CudaForward, RowsWithNoVisibleKey) {
   p = make_problem({4, 300, 40, 16, 4, 256}, DType::kBFloat16);
   p.options.causal = true;
   expect_pass(p, 4003, GetParam());
+}
+
+// A NaN in one q row makes all of that row's scores NaN: O and LSE of that row come out NaN (as the oracle gives
+// them), not as a row with no visible key (0 and -inf), and every other row and head stays finite.
+TEST_P(CudaForward, RowOfNaNScoresComesOutNaN) {
+  for (const int64_t d : {64, 128, 256}) {
+    const verify::Problem problem = make_problem({1, 200, 200, 2, 1, d}, DType::kBFloat16);
+    verify::Case c = verify::Case::make(problem, 9300 + d, /*with_backward=*/false);
+    constexpr int64_t kRow = 77;
+    c.q.set({0, kRow, 0, 3}, std::numeric_limits<float>::quiet_NaN());
+    verify::DeviceMirror mirror;
+    ForwardParams f = c.forward_params(GetParam());
+    f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
+    f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
+    const Status s = forward(f);
+    ASSERT_TRUE(s.ok()) << s.message;
+    std::string error;
+    ASSERT_TRUE(mirror.copy_back(&error)) << error;
+    for (int64_t h = 0; h < 2; ++h)
+      for (int64_t i = 0; i < 200; ++i) {
+        const bool poisoned = h == 0 && i == kRow;
+        EXPECT_EQ(std::isnan(c.lse.get({0, h, i})), poisoned) << "D " << d << " head " << h << " lse row " << i;
+        for (int64_t j = 0; j < d; ++j)
+          ASSERT_EQ(std::isnan(c.out.get({0, i, h, j})), poisoned) << "D " << d << " head " << h << " out row " << i;
+      }
+  }
 }
 
 TEST_P(CudaForward, EmptyProblems) {

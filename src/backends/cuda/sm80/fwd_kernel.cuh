@@ -249,7 +249,7 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
         if (!(kVariant & kRescaleEveryStep)) {  // FA2 kept per-thread partial sums
           l = quad_sum(l);
         }
-        const bool seen = row_max[s][hr] != -INFINITY;
+        const bool seen = row_max[s][hr] != -INFINITY || l != 0.0f;  // an all-NaN row sums NaN: it comes out NaN
         const float inv = !seen ? 0.0f : (kVariant & kRescaleEveryStep) ? 1.0f : 1.0f / l;
         const int r = slice_row<Traits>(s) + g + hr * 8;
 #pragma unroll

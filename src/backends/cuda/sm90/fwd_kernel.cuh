@@ -335,7 +335,9 @@ struct Consumer {
     CUTE_UNROLL
     for (int hr = 0; hr < 2; ++hr) {
       const float l = quad_sum(row_sum[hr]);
-      const bool seen = row_max[hr] != -INFINITY;
+      // A row whose every visible score is NaN (a NaN in its q row or its only key) keeps row_max at -inf
+      // (fmaxf skips NaN) but sums NaN: it depends on the input and comes out NaN, as the oracle gives it.
+      const bool seen = row_max[hr] != -INFINITY || l != 0.0f;
       inv[hr] = seen ? 1.0f / l : 0.0f;
       lse[hr] = seen ? (row_max[hr] * f.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
     }
