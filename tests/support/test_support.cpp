@@ -5,6 +5,8 @@
 #include <sstream>
 #include <vector>
 
+#include "support/scoped_env.hpp"
+
 namespace flashtile {
 
 void PrintTo(Backend backend, std::ostream* os) { *os << backend_name(backend); }
@@ -175,6 +177,18 @@ void PrintTo(const SweepCase& c, std::ostream* os) { *os << replay(c.problem, se
 
 int64_t oracle_work(const verify::Problem& p) {
   return p.batch * p.heads_q * p.seqlen_q * p.seqlen_k * (p.head_dim + p.head_dim_v);
+}
+
+void expect_pass_under_cpu_amx(const char* mode, const std::vector<verify::Problem>& problems,
+                               const std::vector<Backend>& backends, bool with_backward) {
+  ScopedEnv amx("FLASHTILE_CPU_AMX", mode);
+  for (const verify::Problem& problem : problems)
+    for (const Backend backend : backends) {
+      const uint64_t seed = seed_for(problem);
+      const verify::CheckResult r = verify::check(problem, seed, backend, with_backward);
+      EXPECT_TRUE(r.pass()) << "FLASHTILE_CPU_AMX=" << mode << " " << replay(problem, seed, backend) << "\n"
+                            << r.summary();
+    }
 }
 
 }  // namespace flashtile::test

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "verify/verify.hpp"
 
@@ -47,6 +48,14 @@ uint64_t seed_for(const verify::Problem& problem);
 
 // "cpu-flash2 B1 Sq97 Sk97 ... seed 1234": everything a failure message needs to replay the case.
 std::string replay(const verify::Problem& problem, uint64_t seed, Backend backend);
+
+// The CPU bf16 path under each of its kernels: FLASHTILE_CPU_AMX=1 (AMX where the CPU and OS give it) and 0
+// (AVX512-BF16). Each problem on each backend, with FLASHTILE_CPU_AMX set to `mode`, against the oracle (the
+// TESTING.md rule); a CPU without the kernels runs the fp32 path, which must pass too.
+inline const char* const kCpuAmxModes[] = {"1", "0"};
+inline std::string cpu_amx_mode_name(const char* mode) { return mode[0] == '1' ? "Amx" : "Avx512"; }
+void expect_pass_under_cpu_amx(const char* mode, const std::vector<verify::Problem>& problems,
+                               const std::vector<Backend>& backends, bool with_backward);
 
 // One (problem, backend) pair of a parameterised sweep; GoogleTest prints it as its replay line.
 struct SweepCase {

@@ -290,31 +290,29 @@ Status flash_backward(const BackwardParams& params, const Problem& p) {
                                           std::to_string(p.batch * p.heads_q * p.seqlen_q) + " rows"};
   }
   const Backward bwd(params, p, delta.data());
+  // Passes 0 and 2 run one task per (batch, query head, block of kBlockM rows); pass 1 one per (batch, K/V head,
+  // block of kBlockN keys).
   const int64_t m_blocks = (p.seqlen_q + T::kBlockM - 1) / T::kBlockM;
-  Status s = parallel_tasks(p.batch * p.heads_q * m_blocks, params.num_threads, bwd.workspace_floats(),
+  auto query_blocks = [&](auto pass) {
+    return parallel_tasks(p.batch * p.heads_q * m_blocks, params.num_threads, bwd.workspace_floats(),
+                          [&](int64_t task, float* w) {
+                            const int64_t mb = task % m_blocks, h = (task / m_blocks) % p.heads_q,
+                                          b = task / (m_blocks * p.heads_q);
+                            const int64_t row0 = mb * T::kBlockM;
+                            (bwd.*pass)(b, h, row0, std::min(T::kBlockM, p.seqlen_q - row0), w);
+                          });
+  };
+  if (Status s = query_blocks(&Backward::delta_block); !s.ok()) return s;
+  const int64_t n_blocks = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
+  Status s = parallel_tasks(p.batch * p.heads_kv * n_blocks, params.num_threads, bwd.workspace_floats(),
                             [&](int64_t task, float* w) {
-                              const int64_t mb = task % m_blocks, h = (task / m_blocks) % p.heads_q,
-                                            b = task / (m_blocks * p.heads_q);
-                              const int64_t row0 = mb * T::kBlockM;
-                              bwd.delta_block(b, h, row0, std::min(T::kBlockM, p.seqlen_q - row0), w);
+                              const int64_t nb = task % n_blocks, hk = (task / n_blocks) % p.heads_kv,
+                                            b = task / (n_blocks * p.heads_kv);
+                              const int64_t col0 = nb * T::kBlockN;
+                              bwd.key_block(b, hk, col0, std::min(T::kBlockN, p.seqlen_k - col0), w);
                             });
   if (!s.ok()) return s;
-  const int64_t n_blocks = (p.seqlen_k + T::kBlockN - 1) / T::kBlockN;
-  s = parallel_tasks(p.batch * p.heads_kv * n_blocks, params.num_threads, bwd.workspace_floats(),
-                     [&](int64_t task, float* w) {
-                       const int64_t nb = task % n_blocks, hk = (task / n_blocks) % p.heads_kv,
-                                     b = task / (n_blocks * p.heads_kv);
-                       const int64_t col0 = nb * T::kBlockN;
-                       bwd.key_block(b, hk, col0, std::min(T::kBlockN, p.seqlen_k - col0), w);
-                     });
-  if (!s.ok()) return s;
-  return parallel_tasks(p.batch * p.heads_q * m_blocks, params.num_threads, bwd.workspace_floats(),
-                        [&](int64_t task, float* w) {
-                          const int64_t mb = task % m_blocks, h = (task / m_blocks) % p.heads_q,
-                                        b = task / (m_blocks * p.heads_q);
-                          const int64_t row0 = mb * T::kBlockM;
-                          bwd.query_block(b, h, row0, std::min(T::kBlockM, p.seqlen_q - row0), w);
-                        });
+  return query_blocks(&Backward::query_block);
 }
 
 }  // namespace flashtile::cpu

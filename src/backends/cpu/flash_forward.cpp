@@ -183,7 +183,9 @@ Status forward_flash2(const ForwardParams& params, const Problem& p) {
     std::fill(l, l + rows, 0.0f);
     // Keys seen by any row of the block; tiles outside it are hidden from every row and never touched.
     const int64_t key_begin = p.keys.lo(row0), key_end = p.keys.hi(row0 + rows - 1) + 1;
-    const TileView qv = key_begin < key_end ? view_tile(params.q, b, h, row0, rows, d, q) : TileView{q, d};
+    // Q as an fp32 tile, made only if a tile takes the fp32 path (the bf16 path reads Q's rows in place).
+    TileView qv{nullptr, d};
+    auto q_tile = [&] { return qv.data ? qv : (qv = view_tile(params.q, b, h, row0, rows, d, q)); };
     for (int64_t col0 = key_begin; col0 < key_end; col0 += T::kBlockN) {
       const int64_t cols = std::min(T::kBlockN, key_end - col0);
       const TileMask mask = make_tile_mask(p.keys, row0, rows, col0, cols);
@@ -192,7 +194,7 @@ Status forward_flash2(const ForwardParams& params, const Problem& p) {
         bf16.accumulate_pv(b, hk, rows, col0, cols, d, dv, o, scratch);
         continue;
       }
-      score_tile(map, mask, rows, cols, d, qv, view_tile(params.k, b, hk, col0, cols, d, k), s);
+      score_tile(map, mask, rows, cols, d, q_tile(), view_tile(params.k, b, hk, col0, cols, d, k), s);
       softmax_step(rows, cols, s, m, l, alpha, o, dv);
       accumulate_w_in(mask, rows, cols, dv, s, view_tile(params.v, b, hk, col0, cols, dv, v), o);
     }
@@ -218,8 +220,13 @@ Status forward_flash1(const ForwardParams& params, const Problem& p) {
     std::fill(l_all, l_all + sq, 0.0f);
     for (int64_t col0 = 0; col0 < p.seqlen_k; col0 += T::kBlockN) {
       const int64_t cols = std::min(T::kBlockN, p.seqlen_k - col0);
-      const TileView kv = view_tile(params.k, b, hk, col0, cols, d, k);
-      const TileView vv = view_tile(params.v, b, hk, col0, cols, dv, v);
+      // K and V as fp32 tiles, made only if a query tile takes the fp32 path with them.
+      TileView kv{nullptr, d}, vv{nullptr, dv};
+      auto kv_tiles = [&] {
+        if (kv.data) return;
+        kv = view_tile(params.k, b, hk, col0, cols, d, k);
+        vv = view_tile(params.v, b, hk, col0, cols, dv, v);
+      };
       // Query tiles that see at least one key of this K/V tile.
       const int64_t first = p.keys.row_begin(col0), last = p.keys.row_end(col0 + cols);
       if (first >= last) continue;
@@ -234,6 +241,7 @@ Status forward_flash1(const ForwardParams& params, const Problem& p) {
           bf16.probabilities(mask, b, h, hk, row0, rows, col0, cols, d, dv, s, m, l, alpha, nullptr, scratch);
           bf16.accumulate_pv(b, hk, rows, col0, cols, d, dv, pv, scratch);
         } else {
+          kv_tiles();
           score_tile(map, mask, rows, cols, d, view_tile(params.q, b, h, row0, rows, d, q), kv, s);
           softmax_step(rows, cols, s, m, l, alpha, nullptr, dv);
           accumulate_w_in(mask, rows, cols, dv, s, vv, pv);

@@ -187,35 +187,19 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) void block(int64
   }
 }
 
+// The last m % 8 rows: block<kRows> for the count left, chosen at run time.
+template <int kRows>
+void tail_block(int64_t rows, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint32_t* pack, float* c,
+                int64_t ldc, bool accumulate) {
+  if (rows == kRows) return block<kRows>(n, k, a, lda, pack, c, ldc, accumulate);
+  if constexpr (kRows > 1) tail_block<kRows - 1>(rows, n, k, a, lda, pack, c, ldc, accumulate);
+}
+
 void avx512_blocks(int64_t m, int64_t n, int64_t k, const uint16_t* a, int64_t lda, const uint32_t* pack, float* c,
                    int64_t ldc, bool accumulate) {
   int64_t i = 0;
   for (; i + 8 <= m; i += 8) block<8>(n, k, a + i * lda, lda, pack, c + i * ldc, ldc, accumulate);
-  switch (m - i) {
-    case 7:
-      block<7>(n, k, a + i * lda, lda, pack, c + i * ldc, ldc, accumulate);
-      break;
-    case 6:
-      block<6>(n, k, a + i * lda, lda, pack, c + i * ldc, ldc, accumulate);
-      break;
-    case 5:
-      block<5>(n, k, a + i * lda, lda, pack, c + i * ldc, ldc, accumulate);
-      break;
-    case 4:
-      block<4>(n, k, a + i * lda, lda, pack, c + i * ldc, ldc, accumulate);
-      break;
-    case 3:
-      block<3>(n, k, a + i * lda, lda, pack, c + i * ldc, ldc, accumulate);
-      break;
-    case 2:
-      block<2>(n, k, a + i * lda, lda, pack, c + i * ldc, ldc, accumulate);
-      break;
-    case 1:
-      block<1>(n, k, a + i * lda, lda, pack, c + i * ldc, ldc, accumulate);
-      break;
-    default:
-      break;
-  }
+  if (i < m) tail_block<7>(m - i, n, k, a + i * lda, lda, pack, c + i * ldc, ldc, accumulate);
 }
 
 // AMX's tile configuration (palette 1): tiles 0-3 hold C's 32 x 32 block as four 16 x 16 fp32 tiles, 4-5 two

@@ -5,10 +5,8 @@
 
 #include <cmath>
 #include <limits>
-#include <string>
 #include <vector>
 
-#include "support/scoped_env.hpp"
 #include "support/test_support.hpp"
 
 namespace flashtile::test {
@@ -120,30 +118,20 @@ TEST(Backward, Fp32PeakedInputsStayNearTheRule) {
   }
 }
 
-// The bf16 products (gemm_bf16.hpp) under each kernel: AMX where the CPU and OS give it (the default there) and
-// AVX512-BF16 (FLASHTILE_CPU_AMX=0); elsewhere the fp32 products, which must pass too. Whole AMX tiles and
-// tails, masked tiles, a head dim AMX cannot take (80), Dv != D, softcap and GQA.
+// The bf16 products (gemm_bf16.hpp) under each kernel: whole AMX tiles and tails, masked tiles, a head dim AMX
+// cannot take (80), Dv != D, softcap and GQA.
 class BackwardBf16Kernels : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(BackwardBf16Kernels, MatchOracle) {
-  ScopedEnv amx("FLASHTILE_CPU_AMX", GetParam());
-  const verify::Problem cases[] = {
-      Spec(200, 200).heads(4, 2).dims(128).causal(),
-      Spec(130, 190).dims(64, 96).window(50, 10).peaked(),
-      Spec(128, 128).heads(2, 1).dims(80).softcap(20),
-      Spec(65, 129).heads(3, 1).dims(32, 64),
-  };
-  for (const verify::Problem& problem : cases) {
-    const uint64_t seed = seed_for(problem);
-    const verify::CheckResult r = verify::check(problem, seed, Backend::kCpuFlash2, /*with_backward=*/true);
-    EXPECT_TRUE(r.pass()) << "FLASHTILE_CPU_AMX=" << GetParam() << " "
-                          << replay(problem, seed, Backend::kCpuFlash2) << "\n"
-                          << r.summary();
-  }
+  expect_pass_under_cpu_amx(GetParam(),
+                            {Spec(200, 200).heads(4, 2).dims(128).causal(),
+                             Spec(130, 190).dims(64, 96).window(50, 10).peaked(),
+                             Spec(128, 128).heads(2, 1).dims(80).softcap(20), Spec(65, 129).heads(3, 1).dims(32, 64)},
+                            {Backend::kCpuFlash2}, /*with_backward=*/true);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, BackwardBf16Kernels, ::testing::Values("1", "0"),
-                         [](const auto& info) { return std::string(info.param[0] == '1' ? "Amx" : "Avx512"); });
+INSTANTIATE_TEST_SUITE_P(Cpu, BackwardBf16Kernels, ::testing::ValuesIn(kCpuAmxModes),
+                         [](const auto& info) { return cpu_amx_mode_name(info.param); });
 
 // A NaN in one row of dO reaches the gradients that depend on that row and no others: under a causal mask row
 // 70 sees keys 0..70, so dK and dV of keys 71.. stay finite, as does dQ of every other row. Masked tiles run as

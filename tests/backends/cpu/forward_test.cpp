@@ -7,7 +7,6 @@
 #include <limits>
 #include <vector>
 
-#include "support/scoped_env.hpp"
 #include "support/test_support.hpp"
 
 namespace flashtile::test {
@@ -108,32 +107,22 @@ INSTANTIATE_TEST_SUITE_P(Cpu, ForwardWithoutLse,
                          ::testing::Values(Backend::kCpuFlash2, Backend::kCpuFlash1, Backend::kCpuReference),
                          [](const auto& info) { return backend_tag(info.param); });
 
-// The bf16 fast path (gemm_bf16.hpp, softmax_bf16.hpp) on CPUs that have it, under each of its kernels: AMX
-// where the CPU and OS give it (the default there), and AVX512-BF16 (FLASHTILE_CPU_AMX=0). The shapes mix whole
-// AMX blocks with row and key tails, masked tiles (causal, windows), a head dim that AMX's products cannot take
-// (80), Dv != D, softcap and GQA. Elsewhere the cases run the fp32 path and still have to pass.
+// The bf16 fast path (gemm_bf16.hpp, softmax_avx512.hpp) under each of its kernels. The shapes mix whole AMX
+// blocks with row and key tails, masked tiles (causal, windows), a head dim that AMX's products cannot take (80),
+// Dv != D, softcap and GQA.
 class ForwardBf16Kernels : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(ForwardBf16Kernels, MatchOracle) {
-  ScopedEnv amx("FLASHTILE_CPU_AMX", GetParam());
-  const verify::Problem cases[] = {
-      Spec(300, 300).heads(4, 2).dims(128).causal(),
-      Spec(260, 390).dims(64, 96).window(100, 20).peaked(),
-      Spec(256, 256).heads(2, 1).dims(80).softcap(20),
-      Spec(129, 257).heads(3, 1).dims(32, 64),
-      Spec(384, 128).dims(256).causal().layout(Layout::kHeadsFirst),
-  };
-  for (const verify::Problem& problem : cases)
-    for (const Backend backend : {Backend::kCpuFlash2, Backend::kCpuFlash1}) {
-      const uint64_t seed = seed_for(problem);
-      const verify::CheckResult r = verify::check(problem, seed, backend, /*with_backward=*/false);
-      EXPECT_TRUE(r.pass()) << "FLASHTILE_CPU_AMX=" << GetParam() << " " << replay(problem, seed, backend) << "\n"
-                            << r.summary();
-    }
+  expect_pass_under_cpu_amx(GetParam(),
+                            {Spec(300, 300).heads(4, 2).dims(128).causal(),
+                             Spec(260, 390).dims(64, 96).window(100, 20).peaked(),
+                             Spec(256, 256).heads(2, 1).dims(80).softcap(20), Spec(129, 257).heads(3, 1).dims(32, 64),
+                             Spec(384, 128).dims(256).causal().layout(Layout::kHeadsFirst)},
+                            {Backend::kCpuFlash2, Backend::kCpuFlash1}, /*with_backward=*/false);
 }
 
-INSTANTIATE_TEST_SUITE_P(Cpu, ForwardBf16Kernels, ::testing::Values("1", "0"),
-                         [](const auto& info) { return std::string(info.param[0] == '1' ? "Amx" : "Avx512"); });
+INSTANTIATE_TEST_SUITE_P(Cpu, ForwardBf16Kernels, ::testing::ValuesIn(kCpuAmxModes),
+                         [](const auto& info) { return cpu_amx_mode_name(info.param); });
 
 }  // namespace
 }  // namespace flashtile::test
