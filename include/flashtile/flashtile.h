@@ -63,7 +63,7 @@ typedef struct {
 
 typedef struct {
   uint32_t struct_size; /* sizeof(ft_fwd_params), set by ft_fwd_params_init */
-  ft_tensor q, k, v, out;
+  ft_tensor q, k, v, out; /* out and lse may not share memory with q, k, v or each other */
   ft_tensor lse;        /* lse.data == NULL: not computed */
   ft_options options;
   int32_t backend;      /* ft_backend */
@@ -74,7 +74,7 @@ typedef struct {
 typedef struct {
   uint32_t struct_size; /* sizeof(ft_bwd_params), set by ft_bwd_params_init */
   ft_tensor q, k, v, out, lse, dout;
-  ft_tensor dq, dk, dv;
+  ft_tensor dq, dk, dv;  /* written; no output may share memory with an input, another output or the workspace */
   ft_options options;
   int32_t deterministic; /* nonzero: bitwise-identical gradients (CUDA: dQ added in a fixed order, slower) */
   int32_t backend;

@@ -3,7 +3,9 @@
 // The contract (what is computed, layouts, masks, LSE, errors) is SPEC.md; this header is its C++ form.
 // Every tensor is a view: a raw pointer, dtype, device, shape and int64 strides in elements. The library
 // never owns, allocates or resizes caller tensors. Each operation has one entry point returning a Status;
-// it never aborts, and when it refuses a call it has written nothing.
+// it never aborts, and when it refuses a call it has written nothing. An output may not share memory with an
+// input, another output or the workspace (refused as an invalid argument); outputs side by side in one buffer
+// (dk and dv packed) and inputs that alias each other (q = k = v) are fine.
 //
 //   q   (batch, seqlen_q,  heads_q,  head_dim)        "BSHD", last dim contiguous
 //   k   (batch, seqlen_k,  heads_kv, head_dim)        heads_q % heads_kv == 0 (GQA/MQA)

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,102 @@ Status check_no_self_overlap(const char* name, const Tensor& t) {
       return invalid_argument(std::string(name) + ": output strides overlap (two elements share memory)");
     reach += stride * (size - 1);
   }
+  return {};
+}
+
+// Where a view's bytes lie: base + the sum of step * c over its terms, each c in [0, count): its dims longer than
+// 1 (steps in bytes) and the bytes inside one element. `first` and `last` bound the bytes it reaches.
+struct ByteTerm {
+  __int128 step;
+  int64_t count;
+};
+struct ByteView {
+  static constexpr int kMaxTerms = 5;
+  ByteTerm terms[kMaxTerms];
+  int n_terms = 0;
+  bool empty = true;  // addresses nothing
+  __int128 base = 0, first = 0, last = 0;
+
+  void add(__int128 step, int64_t count) {
+    terms[n_terms++] = {step, count};
+    (step < 0 ? first : last) += step * (count - 1);
+  }
+};
+
+ByteView byte_view(const Tensor& t) {
+  ByteView v;
+  if (numel(t) <= 0) return v;
+  v.empty = false;
+  v.base = v.first = v.last = reinterpret_cast<uintptr_t>(t.data);
+  const int64_t size = static_cast<int64_t>(dtype_size(t.dtype));
+  for (int d = 0; d < t.ndim && d < 4; ++d)
+    if (t.shape[d] > 1 && t.stride[d] != 0) v.add(static_cast<__int128>(t.stride[d]) * size, t.shape[d]);
+  v.add(1, size);
+  return v;
+}
+
+ByteView byte_range(const void* data, size_t bytes) {
+  ByteView v;
+  if (data == nullptr || bytes == 0) return v;
+  v.empty = false;
+  v.base = v.first = v.last = reinterpret_cast<uintptr_t>(data);
+  v.add(1, static_cast<int64_t>(std::min<size_t>(bytes, INT64_MAX)));
+  return v;
+}
+
+// Whether two views share a byte. Where their byte ranges meet (packed layouts such as one buffer holding dk and
+// dv side by side), a depth-first search looks for coefficients of a's terms and of b's (negated) that put both
+// on one address, largest step first, cutting each branch whose remaining terms cannot close the gap: dense,
+// transposed, packed and broadcast layouts leave one or two candidates a level. A search past kMaxNodes
+// (adversarial strides) answers no, so that such a call runs as it did before this check existed.
+bool views_overlap(const ByteView& a, const ByteView& b) {
+  if (a.empty || b.empty || a.last < b.first || b.last < a.first) return false;
+  constexpr int kMax = 2 * ByteView::kMaxTerms;
+  ByteTerm terms[kMax];
+  int n = 0;
+  for (int i = 0; i < a.n_terms; ++i) terms[n++] = a.terms[i];
+  for (int i = 0; i < b.n_terms; ++i) terms[n++] = {-b.terms[i].step, b.terms[i].count};
+  auto magnitude = [](__int128 x) { return x < 0 ? -x : x; };
+  std::sort(terms, terms + n, [&](const ByteTerm& x, const ByteTerm& y) { return magnitude(x.step) > magnitude(y.step); });
+  __int128 low[kMax + 1] = {}, high[kMax + 1] = {};  // the sums that the terms from i on can reach
+  for (int i = n - 1; i >= 0; --i) {
+    const __int128 reach = terms[i].step * (terms[i].count - 1);
+    low[i] = low[i + 1] + (reach < 0 ? reach : 0);
+    high[i] = high[i + 1] + (reach > 0 ? reach : 0);
+  }
+  auto floor_div = [](__int128 x, __int128 y) {  // y > 0
+    const __int128 q = x / y;
+    return (x % y != 0 && x < 0) ? q - 1 : q;
+  };
+  constexpr int64_t kMaxNodes = 1 << 16;
+  int64_t nodes = 0;
+  // Can the terms from i on sum to rest?
+  std::function<bool(int, __int128)> can_sum = [&](int i, __int128 rest) -> bool {
+    if (++nodes > kMaxNodes || rest < low[i] || rest > high[i]) return false;
+    if (i == n) return rest == 0;
+    const __int128 s = terms[i].step, m = magnitude(s);
+    // c with rest - s * c within [low[i + 1], high[i + 1]]
+    const __int128 below = s > 0 ? rest - high[i + 1] : low[i + 1] - rest;
+    const __int128 above = s > 0 ? rest - low[i + 1] : high[i + 1] - rest;
+    const __int128 c_first = std::max<__int128>(0, -floor_div(-below, m));
+    const __int128 c_last = std::min<__int128>(terms[i].count - 1, floor_div(above, m));
+    for (__int128 c = c_first; c <= c_last; ++c)
+      if (can_sum(i + 1, rest - s * c)) return true;
+    return false;
+  };
+  // a's byte at a.base + sum equals b's at b.base + sum': all the terms (b's negated) sum to b.base - a.base.
+  return can_sum(0, b.base - a.base);
+}
+
+// An output must not share memory with another output, an input or the workspace: the kernels read their inputs
+// while they write, in no set order. Inputs may alias each other (q = k = v, for self-attention).
+Status check_disjoint(const char* name, const Tensor& out,
+                      std::initializer_list<std::pair<const char*, ByteView>> others) {
+  const ByteView o = byte_view(out);
+  for (const auto& [other_name, other] : others)
+    if (views_overlap(o, other))
+      return invalid_argument(std::string(name) + ": shares memory with " + other_name +
+                              " (an output may overlap neither another output nor an input)");
   return {};
 }
 
@@ -206,10 +303,13 @@ Status validate_forward(const ForwardParams& params, Problem* p) {
   FT_TRY(check_shape("out", params.out, {p->batch, p->seqlen_q, p->heads_q, p->head_dim_v},
                      "(batch, seqlen_q, heads_q, head_dim_v)"));
   FT_TRY(check_no_self_overlap("out", params.out));
+  const ByteView q = byte_view(params.q), k = byte_view(params.k), v = byte_view(params.v);
+  FT_TRY(check_disjoint("out", params.out, {{"q", q}, {"k", k}, {"v", v}}));
   p->with_lse = params.lse.data != nullptr;
   if (p->with_lse) {
     FT_TRY(check_lse("lse", params.lse, params.q, *p));
     FT_TRY(check_no_self_overlap("lse", params.lse));
+    FT_TRY(check_disjoint("lse", params.lse, {{"q", q}, {"k", k}, {"v", v}, {"out", byte_view(params.out)}}));
   }
   if (params.num_threads < 0) return invalid_argument("num_threads: must be >= 0 (0 uses every core)");
   return {};
@@ -237,6 +337,17 @@ Status validate_backward(const BackwardParams& params, Problem* p) {
                        (std::string("(same as ") + g.like_name + ")").c_str()));
     FT_TRY(check_no_self_overlap(g.name, g.t));
   }
+  const ByteView workspace = byte_range(params.workspace, params.workspace_size);
+  const ByteView q = byte_view(params.q), k = byte_view(params.k), v = byte_view(params.v),
+                 out = byte_view(params.out), lse = byte_view(params.lse), dout = byte_view(params.dout),
+                 dq = byte_view(params.dq), dk = byte_view(params.dk);
+  const std::initializer_list<std::pair<const char*, ByteView>> inputs = {
+      {"q", q}, {"k", k}, {"v", v}, {"out", out}, {"lse", lse}, {"dout", dout}, {"the workspace", workspace}};
+  FT_TRY(check_disjoint("dq", params.dq, inputs));
+  FT_TRY(check_disjoint("dk", params.dk, inputs));
+  FT_TRY(check_disjoint("dv", params.dv, inputs));
+  FT_TRY(check_disjoint("dk", params.dk, {{"dq", dq}}));
+  FT_TRY(check_disjoint("dv", params.dv, {{"dq", dq}, {"dk", dk}}));
   if (params.num_threads < 0) return invalid_argument("num_threads: must be >= 0 (0 uses every core)");
   return {};
 }

@@ -164,6 +164,22 @@ const BadForward kBadForward[] = {
     {"OutStridesOverlap", kInvalid, "out:", [](auto& p, auto&) { p.out.stride[2] = 0; }},
     {"OutSeqlenStrideAliasesHeads", kInvalid, "out:", [](auto& p, auto&) { p.out.stride[1] = kDv; }},
     {"LseStridesOverlap", kInvalid, "lse:", [](auto& p, auto&) { p.lse.stride[2] = 0; }},
+    // outputs over inputs or each other (the views stay inside the memory they alias)
+    {"OutOverQ", kInvalid, "out: shares memory with q",
+     [](auto& p, auto&) {
+       p.out = p.q;  // in place: out's head_dim_v columns are q's first ones
+       p.out.shape[3] = kDv;
+     }},
+    {"OutInsideK", kInvalid, "out: shares memory with k",
+     [](auto& p, auto&) {
+       p.out = p.k;  // k's (kSk x kHkv x kD) rows hold out's (kSq x kHq x kDv) ones
+       p.out.shape[1] = kSq, p.out.shape[2] = kHq, p.out.shape[3] = kDv, p.out.stride[2] = kDv;
+     }},
+    {"LseOverOut", kInvalid, "lse: shares memory with out",
+     [](auto& p, auto&) {
+       p.lse.data = p.out.data;  // 160 bytes of fp32 over out's 640
+       p.lse.stride[0] = kHq * kSq, p.lse.stride[1] = kSq, p.lse.stride[2] = 1;
+     }},
     // shapes that disagree
     {"HeadsQNotMultipleOfHeadsKv", kInvalid, "heads_q",
      [](auto& p, auto& b) {
@@ -237,6 +253,23 @@ const BadBackward kBadBackward[] = {
     {"DvHeadDimIsD", kInvalid, "dv:", [](auto& p, auto& b) { p.dv = b.output(kBF16, {kB, kSk, kHkv, kD}); }},
     {"DvDtypeDiffers", kInvalid, "dv:", [](auto& p, auto& b) { p.dv = b.output(kF32, {kB, kSk, kHkv, kDv}); }},
     {"DqStridesOverlap", kInvalid, "dq:", [](auto& p, auto&) { p.dq.stride[1] = 0; }},
+    {"DqOverQ", kInvalid, "dq: shares memory with q", [](auto& p, auto&) { p.dq = p.q; }},
+    {"DkOverLse", kInvalid, "dk: shares memory with lse",
+     [](auto& p, auto&) { p.lse.data = p.dk.data; }},  // lse's 160 bytes at the start of dk's 896
+    {"DvOverDk", kInvalid, "dv: shares memory with dk",
+     [](auto& p, auto& b) {
+       // one buffer of kD + kDv columns: dk takes columns [0, kD), dv [kD - kDv, kD), inside dk's
+       p.dk = b.output(kBF16, {kB, kSk, kHkv, kD + kDv});
+       p.dk.shape[3] = kD;
+       p.dv = p.dk;
+       p.dv = with_offset_bytes(p.dv, 2 * (kD - kDv));
+       p.dv.shape[3] = kDv;
+     }},
+    {"DvInsideTheWorkspace", kInvalid, "dv: shares memory with the workspace",
+     [](auto& p, auto&) {
+       p.workspace = static_cast<char*>(p.dv.data) + 6;
+       p.workspace_size = 2;
+     }},
     {"DkLastDimNotContiguous", kInvalid, "dk:", [](auto& p, auto&) { p.dk.stride[3] = 2; }},
     {"DkMisaligned", kInvalid, "dk:", [](auto& p, auto&) { p.dk = with_offset_bytes(p.dk, 1); }},
     {"DvNull", kInvalid, "dv:", [](auto& p, auto&) { p.dv.data = nullptr; }},
@@ -266,6 +299,29 @@ TEST(Validation, TheUnmodifiedCallsSucceed) {
   ASSERT_TRUE(s.ok()) << s.message;
   s = backward(c.backward_params(Backend::kCpuFlash2));
   EXPECT_TRUE(s.ok()) << s.message;
+}
+
+// Outputs side by side in one buffer, and inputs that alias each other, are not overlaps: dk and dv packed as the
+// two column ranges of one (batch, seqlen_k, heads_kv, head_dim + head_dim_v) buffer get the gradients of
+// separate buffers, bit for bit.
+TEST(Validation, PackedGradientsInOneBufferAreNotAnOverlap) {
+  const verify::Problem problem = valid_problem();
+  const verify::Case c = verify::Case::make(problem, seed_for(problem), /*with_backward=*/true);
+  ASSERT_TRUE(forward(c.forward_params(Backend::kCpuFlash2)).ok());
+  BackwardParams params = c.backward_params(Backend::kCpuFlash2);
+  Status s = backward(params);
+  ASSERT_TRUE(s.ok()) << s.message;
+  verify::HostTensor packed(DType::kBFloat16, {kB, kSk, kHkv, kD + kDv});
+  const verify::HostTensor dk = verify::HostTensor::view_of(packed, 0, {kB, kSk, kHkv, kD},
+                                                            {kSk * kHkv * (kD + kDv), kHkv * (kD + kDv), kD + kDv, 1});
+  const verify::HostTensor dv = verify::HostTensor::view_of(packed, kD, {kB, kSk, kHkv, kDv},
+                                                            {kSk * kHkv * (kD + kDv), kHkv * (kD + kDv), kD + kDv, 1});
+  params.dk = dk.view();
+  params.dv = dv.view();
+  s = backward(params);
+  ASSERT_TRUE(s.ok()) << s.message;
+  EXPECT_EQ(dk.to_doubles(), c.dk.to_doubles());
+  EXPECT_EQ(dv.to_doubles(), c.dv.to_doubles());
 }
 
 // Without CUDA compiled in, tensors that claim to be on a GPU are refused as unsupported, naming the build.

@@ -72,6 +72,26 @@ def test_read_only_inputs_and_broadcast_kv():
         flashtile.backward(q, q, q, q, got, got_lse, dk=frozen)
 
 
+def test_outputs_that_share_memory():
+    # An output over an input or another output is refused by name and nothing is written; outputs side by side
+    # in one array (dk and dv packed) are not an overlap, and inputs may alias each other (q = k = v).
+    rng = np.random.default_rng(9)
+    q = rng.standard_normal((1, 8, 2, 16)).astype(np.float32)
+    kept = q.copy()
+    with pytest.raises(flashtile.FlashtileError, match="out: shares memory with q"):
+        flashtile.forward(q, kept, kept, out=q)
+    np.testing.assert_array_equal(q, kept)
+    out, lse = flashtile.forward(q, q, q, causal=True)
+    dout = rng.standard_normal(q.shape).astype(np.float32)
+    dq, dk, dv = flashtile.backward(dout, q, q, q, out, lse, causal=True)
+    dkv = np.full((1, 8, 2, 2, 16), np.nan, dtype=np.float32)  # (batch, seqlen, 2, heads, head_dim)
+    flashtile.backward(dout, q, q, q, out, lse, causal=True, dk=dkv[:, :, 0], dv=dkv[:, :, 1])
+    np.testing.assert_array_equal(dkv[:, :, 0], dk)
+    np.testing.assert_array_equal(dkv[:, :, 1], dv)
+    with pytest.raises(flashtile.FlashtileError, match="dv: shares memory with dk"):
+        flashtile.backward(dout, q, q, q, out, lse, causal=True, dk=dkv[:, :, 0], dv=dkv[:, :, 0])
+
+
 def test_integers_out_of_range_raise():
     q = np.ones((1, 4, 2, 8), dtype=np.float32)
     for kwargs in (dict(window_size=(2**64 + 3, -1)), dict(window_size=(-1, -2**63 - 1)), dict(num_threads=2**31)):
