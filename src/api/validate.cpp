@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace flashtile {
@@ -150,7 +151,9 @@ bool views_overlap(const ByteView& a, const ByteView& b) {
   for (int i = 0; i < a.n_terms; ++i) terms[n++] = a.terms[i];
   for (int i = 0; i < b.n_terms; ++i) terms[n++] = {-b.terms[i].step, b.terms[i].count};
   auto magnitude = [](__int128 x) { return x < 0 ? -x : x; };
-  std::sort(terms, terms + n, [&](const ByteTerm& x, const ByteTerm& y) { return magnitude(x.step) > magnitude(y.step); });
+  for (int i = 1; i < n; ++i)  // largest step first (insertion sort: at most ten terms)
+    for (int j = i; j > 0 && magnitude(terms[j].step) > magnitude(terms[j - 1].step); --j)
+      std::swap(terms[j], terms[j - 1]);
   __int128 low[kMax + 1] = {}, high[kMax + 1] = {};  // the sums that the terms from i on can reach
   for (int i = n - 1; i >= 0; --i) {
     const __int128 reach = terms[i].step * (terms[i].count - 1);
@@ -183,11 +186,10 @@ bool views_overlap(const ByteView& a, const ByteView& b) {
 
 // An output must not share memory with another output, an input or the workspace: the kernels read their inputs
 // while they write, in no set order. Inputs may alias each other (q = k = v, for self-attention).
-Status check_disjoint(const char* name, const Tensor& out,
+Status check_disjoint(const char* name, const ByteView& out,
                       std::initializer_list<std::pair<const char*, ByteView>> others) {
-  const ByteView o = byte_view(out);
   for (const auto& [other_name, other] : others)
-    if (views_overlap(o, other))
+    if (views_overlap(out, other))
       return invalid_argument(std::string(name) + ": shares memory with " + other_name +
                               " (an output may overlap neither another output nor an input)");
   return {};
@@ -303,13 +305,14 @@ Status validate_forward(const ForwardParams& params, Problem* p) {
   FT_TRY(check_shape("out", params.out, {p->batch, p->seqlen_q, p->heads_q, p->head_dim_v},
                      "(batch, seqlen_q, heads_q, head_dim_v)"));
   FT_TRY(check_no_self_overlap("out", params.out));
-  const ByteView q = byte_view(params.q), k = byte_view(params.k), v = byte_view(params.v);
-  FT_TRY(check_disjoint("out", params.out, {{"q", q}, {"k", k}, {"v", v}}));
+  const ByteView q = byte_view(params.q), k = byte_view(params.k), v = byte_view(params.v),
+                 out = byte_view(params.out);
+  FT_TRY(check_disjoint("out", out, {{"q", q}, {"k", k}, {"v", v}}));
   p->with_lse = params.lse.data != nullptr;
   if (p->with_lse) {
     FT_TRY(check_lse("lse", params.lse, params.q, *p));
     FT_TRY(check_no_self_overlap("lse", params.lse));
-    FT_TRY(check_disjoint("lse", params.lse, {{"q", q}, {"k", k}, {"v", v}, {"out", byte_view(params.out)}}));
+    FT_TRY(check_disjoint("lse", byte_view(params.lse), {{"q", q}, {"k", k}, {"v", v}, {"out", out}}));
   }
   if (params.num_threads < 0) return invalid_argument("num_threads: must be >= 0 (0 uses every core)");
   return {};
@@ -340,14 +343,14 @@ Status validate_backward(const BackwardParams& params, Problem* p) {
   const ByteView workspace = byte_range(params.workspace, params.workspace_size);
   const ByteView q = byte_view(params.q), k = byte_view(params.k), v = byte_view(params.v),
                  out = byte_view(params.out), lse = byte_view(params.lse), dout = byte_view(params.dout),
-                 dq = byte_view(params.dq), dk = byte_view(params.dk);
+                 dq = byte_view(params.dq), dk = byte_view(params.dk), dv = byte_view(params.dv);
   const std::initializer_list<std::pair<const char*, ByteView>> inputs = {
       {"q", q}, {"k", k}, {"v", v}, {"out", out}, {"lse", lse}, {"dout", dout}, {"the workspace", workspace}};
-  FT_TRY(check_disjoint("dq", params.dq, inputs));
-  FT_TRY(check_disjoint("dk", params.dk, inputs));
-  FT_TRY(check_disjoint("dv", params.dv, inputs));
-  FT_TRY(check_disjoint("dk", params.dk, {{"dq", dq}}));
-  FT_TRY(check_disjoint("dv", params.dv, {{"dq", dq}, {"dk", dk}}));
+  FT_TRY(check_disjoint("dq", dq, inputs));
+  FT_TRY(check_disjoint("dk", dk, inputs));
+  FT_TRY(check_disjoint("dv", dv, inputs));
+  FT_TRY(check_disjoint("dk", dk, {{"dq", dq}}));
+  FT_TRY(check_disjoint("dv", dv, {{"dq", dq}, {"dk", dk}}));
   if (params.num_threads < 0) return invalid_argument("num_threads: must be >= 0 (0 uses every core)");
   return {};
 }
