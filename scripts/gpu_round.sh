@@ -65,8 +65,8 @@ export LD_LIBRARY_PATH=$PWD/build-device:$PWD/.device/lib${LD_LIBRARY_PATH:+:$LD
 # TEST_CAND=<name>: the stages that load the library through LD_LIBRARY_PATH (tests, sanitize, run, check, the
 # benches) use candidate <name>'s (.device/cand-<name>/, scripts/candidate_lib.sh; a full build, not narrowed)
 # instead of this tree's: a branch's kernels tested before it is merged; the tests and sanitize stages also run
-# the candidate's own GPU tests where it has them (built from its tree). ab and peers name their libraries
-# themselves.
+# the candidate's own GPU tests where it has them (built from its tree), and peers measures it (so a candidate
+# meets the peers before it is merged and rebuilt here). ab names its libraries itself.
 if [ -n "${TEST_CAND:-}" ]; then
   test_lib=$(cand_dir "$TEST_CAND") || exit 1
   export LD_LIBRARY_PATH=$test_lib:$LD_LIBRARY_PATH
@@ -424,7 +424,7 @@ if want peers; then  # flashtile through its Python API as peers.py's candidate:
     grep -q '^def attn_case(.*dtype=torch.float16):' "$peers_py" || { echo "peers: attn_case's dtype default not found"; status=1; }
   fi
   echo "== peers.py (${PEERS_DTYPE:-bf16}) --grids ${PEERS_GRIDS:-A,L,G} --candidate flashtile:flash_attn_func"
-  FLASHTILE_LIBRARY=$PWD/build-device/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout 540 \
+  FLASHTILE_LIBRARY=${test_lib:-$PWD/build-device}/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout 540 \
     python3 "$peers_py" --grids "${PEERS_GRIDS:-A,L,G}" --candidate flashtile:flash_attn_func --name "${PEERS_NAME:-flashtile-sm80}" \
     --out "$peers_out" > /dev/null 2>&1 || status=1
   grep -c "${PEERS_NAME:-flashtile-sm80}" "$peers_out/peers.jsonl"
