@@ -338,7 +338,10 @@ struct Consumer {
       // A row whose every visible score is NaN (a NaN in its q row or its only key) keeps row_max at -inf
       // (fmaxf skips NaN) but sums NaN: it depends on the input and comes out NaN, as the oracle gives it.
       const bool seen = row_max[hr] != -INFINITY || l != 0.0f;
-      inv[hr] = seen ? 1.0f / l : 0.0f;
+      // l >= 1 where the row saw a key (its largest score weighs exp2(>= 0): row_max trails the true max, never
+      // leads it), so the approximate reciprocal (one MUFU.RCP, ~1 ulp) needs none of the IEEE division's
+      // denormal paths and branches, which ran with the tensor cores idle (both warpgroups end a tile together).
+      inv[hr] = seen ? __fdividef(1.0f, l) : 0.0f;
       lse[hr] = seen ? (row_max[hr] * f.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
     }
     if (f.lse == nullptr) return;
@@ -547,7 +550,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     // warpgroup's read is done: the barrier completes on the storing threads' arrivals. The batch and head
     // again from the tile number rather than kept live through the loop: at D = 256 the registers are that
     // tight.
-    const int bh = CtaBlock::bh_of(f, tile, f.heavy_first), b = bh / f.heads_q, h = bh % f.heads_q;
+    // By multiply-high and shift (FastDivisor): the operators' two runtime divisions are ~40 dependent instructions
+    // of the epilogue (docs/perf-log.md, sm90 forward v27).
+    const int bh = CtaBlock::bh_of<true>(f, tile, f.heavy_first), b = f.by_heads_q.div(bh), h = bh - b * f.heads_q;
     float inv[2];
     c.finish_rows(f, b, h, inv);
     // Unconditional (nothing is in flight after the serial schedule or without keys): under a test that ptxas
