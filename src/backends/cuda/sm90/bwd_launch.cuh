@@ -16,7 +16,7 @@
 #include "backends/cuda/sm80/bwd_launch.cuh"  // launch_bwd_dq_convert
 #include "backends/cuda/sm90/bwd_kernel.cuh"
 #include "backends/cuda/sm90/bwd_launch.hpp"
-#include "backends/cuda/sm90/fwd_launch.cuh"  // tma_safe_strides
+#include "backends/cuda/sm90/tma_strides.hpp"
 
 namespace flashtile::cuda::sm90 {
 

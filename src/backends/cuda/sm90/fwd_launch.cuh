@@ -15,15 +15,9 @@
 #include "backends/cuda/sm90/fwd_kernel.cuh"
 #include "backends/cuda/sm90/fwd_launch.hpp"
 #include "backends/cuda/sm90/fwd_variant.hpp"
+#include "backends/cuda/sm90/tma_strides.hpp"
 
 namespace flashtile::cuda::sm90 {
-
-// A TMA descriptor needs every stride to be a multiple of 16 bytes, even where the extent is 1 and the stride
-// is never used; the library's checks only cover extents above 1 (cuda_backend.cpp), so those get 8 elements.
-inline void tma_safe_strides(const int64_t (&in)[3], int batch, int seqlen, int heads, int64_t (&out)[3]) {
-  const int extent[3] = {batch, seqlen, heads};
-  for (int d = 0; d < 3; ++d) out[d] = extent[d] > 1 ? in[d] : 8;
-}
 
 // One variant's launch: the tile count for its kBlockM (the caller's m_blocks is for the registry's block_m),
 // the TMA descriptors of q, k, v and o from the call's shapes and strides, then the kernel. kWithSoftcap = false
