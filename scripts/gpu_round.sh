@@ -266,9 +266,13 @@ if want bwdparts; then  # each kernel's time in one backward: flashtile, FA2 and
   for shape in ${PROFILE_SHAPES:-128:4096:full}; do
     grid_a_shape "$shape"
     echo "== kernel times (ncu gpu__time_duration), B=$pb H=$ph S=$ps D=$pd $pm: flashtile $parts_backend (one call)"
+    # ncu's and the tool's own messages go to a file, shown when no kernel line came out (session 39 got none for
+    # flashtile's kernels, with nothing to say why).
     FLASHTILE_CUDA_BACKWARD_KERNELS=${parts_backend#cuda-} timeout 200 ncu "${ncu_args[@]}" $bin run -b $pb \
       --heads $ph -s $ps --head-dim $pd $causal_flag --backend $parts_backend -r 1 --verify-rows 2 --backward \
-      2>/dev/null | kernel_times
+      > /tmp/bwdparts-ncu.txt 2>&1
+    kernel_times < /tmp/bwdparts-ncu.txt | tee /tmp/bwdparts-ft.txt
+    [ -s /tmp/bwdparts-ft.txt ] || { echo "  (no flashtile kernel timed; ncu and the tool said:)"; grep -v '^"' /tmp/bwdparts-ncu.txt | tail -8; }
     for peer in FLASH_ATTENTION CUDNN_ATTENTION; do
       echo "   $peer (forward and backward, twice)"
       timeout 200 ncu "${ncu_args[@]}" python3 -c "$(sdpa_backward_py 2 $peer)" 2>/dev/null | kernel_times
