@@ -892,20 +892,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     if constexpr (kOrderedDq) release_turn();  // the tile's last step's turn
 
     // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys: two columns per store,
-    // or wide, where an accumulator's neighbours are two keys of one column, one element per store (by head-dim
-    // rows: this consumer's half of the columns, of all the CTA's keys).
+    // wide too, where an accumulator's neighbours are two keys of one column, after a shuffle (by head-dim rows:
+    // this consumer's half of the columns, of all the CTA's keys).
     CudaT* dk_head = static_cast<CudaT*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
     CudaT* dv_head = static_cast<CudaT*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[2];
     auto tKcK = thr_kv.partition_C(make_identity_tensor(typename Traits::DkvShape{}));
     if constexpr (kWide) {
+      // Elements e and e + 1 are one dim's two neighbouring keys, and the lane 4 apart (the accumulator's row r ^ 1:
+      // lane = 4 r + t) holds the neighbouring dim's. One shuffle per pair swaps them, so that each thread holds
+      // two neighbouring dims of one key and stores them together: the even row's lane key 2t, the odd row's lane
+      // key 2t + 1, both at the even dim (head_dim is a multiple of 8, so the pair is inside the row).
+      const bool odd_row = (tid / 4) % 2 != 0;
+      auto store_pair = [&](CudaT* head, int64_t row_stride, float mine_key0, float mine_key1, float scale, int e) {
+        const float theirs = __shfl_xor_sync(0xffffffffu, odd_row ? mine_key0 : mine_key1, 4);
+        const int col = (kKvByDims ? w * Traits::kKvDims : 0) + get<0>(tKcK(e)) - (odd_row ? 1 : 0);
+        const int key = (kKvByDims ? key0 : key_w0) + get<1>(tKcK(e)) + (odd_row ? 1 : 0);
+        if (key < f.seqlen_k && col < f.head_dim)
+          *reinterpret_cast<uint32_t*>(head + key * row_stride + col) =
+              odd_row ? sm80::pack2<CudaT>(theirs * scale, mine_key1 * scale)
+                      : sm80::pack2<CudaT>(mine_key0 * scale, theirs * scale);
+      };
       CUTE_UNROLL
-      for (int e = 0; e < size(tKrdK); ++e) {
-        const int col = (kKvByDims ? w * Traits::kKvDims : 0) + get<0>(tKcK(e));
-        const int key = (kKvByDims ? key0 : key_w0) + get<1>(tKcK(e));
-        if (key < f.seqlen_k && col < f.head_dim) {
-          dk_head[key * p.dk_stride[1] + col] = static_cast<CudaT>(tKrdK(e) * p.scale);
-          dv_head[key * p.dv_stride[1] + col] = static_cast<CudaT>(tVrdV(e));
-        }
+      for (int e = 0; e < size(tKrdK); e += 2) {
+        store_pair(dk_head, p.dk_stride[1], tKrdK(e), tKrdK(e + 1), p.scale, e);
+        store_pair(dv_head, p.dv_stride[1], tVrdV(e), tVrdV(e + 1), 1.0f, e);
       }
     } else {
       CUTE_UNROLL
