@@ -552,7 +552,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     // tight.
     // By multiply-high and shift (FastDivisor): the operators' two runtime divisions are ~40 dependent instructions
     // of the epilogue (docs/perf-log.md, sm90 forward v27).
-    const int bh = CtaBlock::bh_of<true>(f, tile, f.heavy_first), b = f.by_heads_q.div(bh), h = bh - b * f.heads_q;
+    const int bh = CtaBlock::bh_of<true>(f, tile, f.heavy_first), b = f.by_heads_q.div(bh), h = f.by_heads_q.mod(bh);
     float inv[2];
     c.finish_rows(f, b, h, inv);
     // Unconditional (nothing is in flight after the serial schedule or without keys): under a test that ptxas
