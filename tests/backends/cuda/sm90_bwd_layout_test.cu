@@ -10,9 +10,10 @@
 // And for every head dim, whose dQ is added from registers in the fragment order (sm80/dq_accum.hpp): the four
 // accumulator elements 4j .. 4j + 3 of every thread are rows g and g + 8 of its warp's 16-row band, columns 2t
 // and 2t + 1 of 8-column block j (lane 4g + t), the order of one fragment. And the deterministic mode's order of
-// dQ's additions (check_turn_order).
+// dQ's additions (check_turn_order), and the steps' order (check_step_order).
 // Host code only: built with nvcc by .ci/run and run there, no GPU needed. Exit status 1 on the first mismatch.
 #include <cstdio>
+#include <vector>
 
 #include "backends/cuda/sm90/bwd_kernel.cuh"
 
@@ -150,10 +151,62 @@ bool check_turn_order() {
   return true;
 }
 
+// The steps' order (BwdTile::start_row, next_step): from its start row, a tile's steps visit every (query head of
+// the group, block of rows in [first_row, end_row)) exactly once, as the producer and the consumers walk them: in
+// the kernels without rotation (next_step<.., false>), and in those with it (next_step<.., true>), for a tile
+// rotated or not. Brute force under the same masks and lengths as check_turn_order, groups of 1 and 3.
+template <int kBlockM, int kBlockN>
+bool check_step_order() {
+  using flashtile::cuda::FwdKernelParams;
+  using flashtile::cuda::sm90::BwdTile;
+  const int windows[][3] = {{0, -1, -1}, {1, -1, -1}, {0, 100, -1}, {0, -1, 40}, {0, 70, 20}, {1, 300, -1}};
+  const int seqlens[][2] = {{1, 1}, {300, 300}, {700, 260}, {130, 900}, {1024, 1024}, {77, 513}};
+  for (const auto& m : windows)
+    for (const auto& sizes : seqlens)
+      for (const int group : {1, 3})
+        for (const int mode : {0, 1, 2}) {  // no rotation in the kernel; in the kernel, tile not rotated; rotated
+          const bool rotate = mode == 2;
+          FwdKernelParams f{};
+          f.seqlen_q = sizes[0], f.seqlen_k = sizes[1], f.group = group;
+          const int unbounded = f.seqlen_q + f.seqlen_k;
+          f.key_offset = f.seqlen_k - f.seqlen_q;
+          f.window_left = m[1] < 0 ? unbounded : m[1];
+          f.window_right = m[0] ? 0 : m[2] < 0 ? unbounded : m[2];
+          for (int n = 0; n * kBlockN < f.seqlen_k; ++n) {
+            BwdTile t{};
+            const int key0 = n * kBlockN, per_head = BwdTile::per_head<kBlockM, kBlockN>(key0, f);
+            t.row_first = BwdTile::first_row<kBlockM>(key0, f), t.row_end = BwdTile::end_row<kBlockN>(key0, f);
+            t.row_start = BwdTile::start_row<kBlockM>(n, t.row_first, per_head, rotate);
+            std::vector<int> seen(static_cast<size_t>(group) * per_head, 0);
+            bool ok = per_head == 0 || (t.row_start >= t.row_first && t.row_start < t.row_end);
+            int h = 0, row0 = t.row_start;
+            for (int i = 0; ok && i < per_head * group; ++i) {
+              const int block = (row0 - t.row_first) / kBlockM;
+              ok = h < group && row0 >= t.row_first && row0 < t.row_end && (row0 - t.row_first) % kBlockM == 0 &&
+                   seen[static_cast<size_t>(h) * per_head + block]++ == 0;
+              if (mode == 0)
+                t.next_step<kBlockM, false>(row0, h);
+              else
+                t.next_step<kBlockM, true>(row0, h);
+            }
+            if (!ok) {
+              std::printf("step order, blocks %d x %d, Sq %d Sk %d, group %d, window (%d, %d), block %d%s: a step "
+                          "repeated or outside the tile's rows\n", kBlockM, kBlockN, f.seqlen_q, f.seqlen_k, group,
+                          f.window_left, f.window_right, n,
+                          mode == 0 ? "" : rotate ? " rotated" : " (rotating kernel)");
+              return false;
+            }
+          }
+        }
+  std::printf("blocks of %d rows x %d keys: the step order ok\n", kBlockM, kBlockN);
+  return true;
+}
+
 int main() {
   const bool ok = check_head_dim<64>() & check_head_dim<96>() & check_head_dim<128>() & check_dq_fragments<64>() &
                   check_dq_fragments<96>() & check_dq_fragments<128>() & check_dq_fragments<192>() &
                   check_dq_fragments<256>() & check_turn_order<128, 128>() & check_turn_order<64, 128>() &
-                  check_turn_order<64, 64>();
+                  check_turn_order<64, 64>() & check_step_order<128, 128>() & check_step_order<64, 128>() &
+                  check_step_order<64, 64>();
   return ok ? 0 : 1;
 }

@@ -328,8 +328,12 @@ __device__ __forceinline__ void red_release_gpu_add(int* p, int v) {
 struct BwdTile {
   int n_block, b, hk, key0;
   int row_first, row_end;  // the query rows of a head that the steps walk, [row_first, row_end)
+  int row_start;           // the first step's row (next_step)
   int steps;               // 0: no query sees the block (dK and dV are zeros)
-  template <int kBlockM, int kBlockN>
+  // kRotate: a block that every query row of its head sees (no mask cuts its rows) and that has at least
+  // kRotateMinSteps steps a head starts them at its own row (next_step), not at row_first.
+  static constexpr int kRotateMinSteps = 16;
+  template <int kBlockM, int kBlockN, bool kRotate>
   __device__ static BwdTile at(int tile, const BwdKernelParams& p) {
     const FwdKernelParams& f = p.fwd;
     const int heads = f.batch * p.heads_kv, in_order = (heads - p.tail_heads) * p.n_blocks;
@@ -345,8 +349,31 @@ struct BwdTile {
     t.key0 = t.n_block * kBlockN;
     t.row_first = first_row<kBlockM>(t.key0, f);
     t.row_end = end_row<kBlockN>(t.key0, f);
-    t.steps = per_head<kBlockM, kBlockN>(t.key0, f) * f.group;
+    const int steps_per_head = per_head<kBlockM, kBlockN>(t.key0, f);
+    t.steps = steps_per_head * f.group;
+    const bool rotate = kRotate && t.row_first == 0 && t.row_end == f.seqlen_q && steps_per_head >= kRotateMinSteps;
+    t.row_start = start_row<kBlockM>(t.n_block, t.row_first, steps_per_head, rotate);
     return t;
+  }
+  template <int kBlockM>
+  FLASHTILE_HOST_DEVICE static int start_row(int n_block, int row_first, int steps_per_head, bool rotate) {
+    return row_first + (rotate && steps_per_head > 0 ? n_block % steps_per_head : 0) * kBlockM;
+  }
+  // The step after the one at row0 of query head h. A head's rows run from row_start to row_end, then from
+  // row_first up to row_start; then the group's next head. Unrotated (row_start = row_first), the CTAs that run a
+  // head's consecutive key blocks side by side walk its rows in step, all adding into the same 64 rows of dQ at
+  // the same time; rotated (at(): D = 256, blocks whose rows no mask cuts), block n starts at row block n mod the
+  // head's steps, so neighbouring blocks add into neighbouring row blocks. The deterministic mode adds in key block
+  // order, row block by row block, so it never rotates.
+  template <int kBlockM, bool kRotate>
+  FLASHTILE_HOST_DEVICE void next_step(int& row0, int& h) const {
+    row0 += kBlockM;
+    if constexpr (kRotate) {
+      if (row0 >= row_end) row0 = row_first;
+      if (row0 == row_start) ++h;
+    } else if (row0 >= row_end) {
+      row0 = row_first, ++h;
+    }
   }
   // The query rows a head's steps walk for the block from key0 (both ends grow with key0), and their number of
   // steps (on the host too: launch_bwd's tail_heads).
@@ -404,6 +431,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   constexpr bool kWide = Traits::kWide, kKvByDims = Traits::kKvByDims;
   constexpr bool kScoresT = Traits::kScoresT;
   constexpr bool kSharedDs = kKvByDims || kDqSplit != DqSplit::kByKeys;
+  // Rotated query sweeps (BwdTile::next_step) only where they were measured to pay (docs/perf-log.md, backward
+  // v36 and v36w): head dim 256, outside the deterministic mode; full-row blocks at S >= 1k gained 0.4-3%. At
+  // D <= 128 they cost 1%, at D = 192 they did not pay.
+  constexpr bool kRotateRows = Traits::kHeadDim > 192 && !kOrderedDq;
   using FullBarrier = cutlass::arch::ClusterTransactionBarrier;
   using EmptyBarrier = cutlass::arch::ClusterBarrier;
   constexpr int kBlockM = Traits::kBlockM, kBlockN = Traits::kBlockN, kStages = Traits::kStages;
@@ -478,7 +509,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       st_shared_int(&smem.tile[k % 2], tile);
       EmptyBarrier::arrive(&smem.tile_full[k % 2]);
       if (tile >= tiles) return;
-      const BwdTile t = BwdTile::at<kBlockM, kBlockN>(tile, p);
+      const BwdTile t = BwdTile::at<kBlockM, kBlockN, kRotateRows>(tile, p);
       auto claim_next = [&] {
         return atomicAdd(p.tile_counter, 1) + (kOrderedDq ? 0 : static_cast<int>(gridDim.x));
       };
@@ -502,7 +533,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         copy(prm.tma_v.with(smem.kv_full), tVg, tVs);
       };
       if (t.steps == 0) load_kv();
-      int h = t.hk * f.group, row0 = t.row_first;  // the step's query head and first row
+      int h = t.hk * f.group, row0 = t.row_start;  // the step's query head and first row
       for (int i = 0; i < t.steps; ++i, ++step) {
         const int s = step % kStages;
         if (step >= kStages) EmptyBarrier::wait(&smem.empty[s], (step / kStages - 1) % 2);  // step - kStages is done
@@ -522,8 +553,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         bulk_load(smem.lse2[s], p.lse_log2 + stats, kBlockM * sizeof(float), &smem.full[s]);
         bulk_load(smem.delta[s], p.delta + stats, kBlockM * sizeof(float), &smem.full[s]);
         if (i == 0) load_kv();
-        row0 += kBlockM;
-        if (row0 >= t.row_end) row0 = t.row_first, ++h;
+        t.next_step<kBlockM, kRotateRows>(row0, h);
       }
       tile = next_tile;
     }
@@ -624,15 +654,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   for (int k = 0;; ++k) {
     const int tile = read_tile(k);
     if (tile >= tiles) break;
-    const BwdTile t = BwdTile::at<kBlockM, kBlockN>(tile, p);
-    const int b = t.b, hk = t.hk, key0 = t.key0, row_first = t.row_first, row_end = t.row_end, steps = t.steps;
+    const BwdTile t = BwdTile::at<kBlockM, kBlockN, kRotateRows>(tile, p);
+    const int b = t.b, hk = t.hk, key0 = t.key0, steps = t.steps;
     const int key_w0 = key0 + w * (kBlockN / 2);  // this consumer's first key
     clear(tVrdV);
     clear(tKrdK);
     // K and V of this tile. Loaded once both consumers were done with the previous tile's (kv_empty, below): so no
     // product of the previous tile still reads dS (or, wide, P) either when the first step rewrites them.
     FullBarrier::wait(&smem.kv_full, k % 2);
-    int h = hk * f.group, row0 = row_first;
+    int h = hk * f.group, row0 = t.row_start;
     for (int i = 0; i < steps; ++i, ++step) {
       const int s = step % kStages;
       // Ordered dQ: the count of this step's rows, read early by thread 0 so that its round trip runs under the
@@ -883,8 +913,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       if constexpr (kOrderedDq && kDqSplit == DqSplit::kByKeys)
         if (w == 0) release_turn();
       if (kArriveAfterKv) arrive_step();
-      row0 += kBlockM;
-      if (row0 >= row_end) row0 = row_first, ++h;
+      t.next_step<kBlockM, kRotateRows>(row0, h);
     }
     // With the step barriers (kSharedDs), each consumer waits at its own in steps 1 .. steps - 1 and the other
     // arrives there after steps 0 .. steps - 2, so none is left open here.
