@@ -396,14 +396,14 @@ TEST_F(CudaBackwardSm90, SeveralTilesPerCta) {
   for (const ManyTiles& m : cases) expect_pass(m.problem(), seed++, Backend::kCudaSm90);
 }
 
-// D = 256's rotated sweeps (sm90/bwd_kernel.cuh, BwdTile::next_step): a block of keys that every query row sees,
-// with >= 16 steps of 64 rows a head, starts at its own row block and wraps round; with GQA the wrap also moves to
-// the group's next query head. Full rows with Sq a step short of a multiple of 64, Sk != Sq, and a causal mask
-// with keys past the queries, whose first blocks (every row sees them) rotate and the rest do not.
+// D = 256's rotated sweeps (sm90/bwd_kernel.cuh, BwdTile::next_step): a block of keys whose sweep covers all of
+// its head's query rows, with >= 16 steps of 64 rows a head, starts at its own row block and wraps round; with GQA
+// the wrap also moves to the group's next query head. Full rows with Sq not a multiple of 64, Sk != Sq, and a
+// causal mask with keys past the queries, whose first nine blocks (sweeps from row 0) rotate and the rest do not.
 TEST_F(CudaBackwardSm90, RotatedSweepsAtHeadDim256) {
   Problem rows_cut = make_problem(1, 1030, 1030, 4, 2, 256, DType::kBFloat16);  // 17 steps, GQA group of 2
   Problem longer_keys = make_problem(1, 1024, 1100, 2, 2, 256, DType::kFloat16);
-  Problem causal = make_problem(1, 1030, 1500, 2, 1, 256, DType::kBFloat16);   // keys 0..470 seen by every row
+  Problem causal = make_problem(1, 1030, 1500, 2, 1, 256, DType::kBFloat16);   // key offset 470
   causal.options.causal = true;
   uint64_t seed = 19450;
   for (const Problem& p : {rows_cut, longer_keys, causal}) expect_pass(p, seed++, Backend::kCudaSm90);

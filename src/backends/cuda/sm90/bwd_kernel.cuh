@@ -330,8 +330,9 @@ struct BwdTile {
   int row_first, row_end;  // the query rows of a head that the steps walk, [row_first, row_end)
   int row_start;           // the first step's row (next_step)
   int steps;               // 0: no query sees the block (dK and dV are zeros)
-  // kRotate: a block that every query row of its head sees (no mask cuts its rows) and that has at least
-  // kRotateMinSteps steps a head starts them at its own row (next_step), not at row_first.
+  // kRotate: a block whose sweep covers all of its head's query rows (row_first 0, row_end seqlen_q: no mask cuts
+  // the range) and has at least kRotateMinSteps steps a head starts them at its own row (next_step), not at
+  // row_first.
   static constexpr int kRotateMinSteps = 16;
   template <int kBlockM, int kBlockN, bool kRotate>
   __device__ static BwdTile at(int tile, const BwdKernelParams& p) {
@@ -362,7 +363,7 @@ struct BwdTile {
   // The step after the one at row0 of query head h. A head's rows run from row_start to row_end, then from
   // row_first up to row_start; then the group's next head. Unrotated (row_start = row_first), the CTAs that run a
   // head's consecutive key blocks side by side walk its rows in step, all adding into the same 64 rows of dQ at
-  // the same time; rotated (at(): D = 256, blocks whose rows no mask cuts), block n starts at row block n mod the
+  // the same time; rotated (at(): D = 256, sweeps over all of a head's rows), block n starts at row block n mod the
   // head's steps, so neighbouring blocks add into neighbouring row blocks. The deterministic mode adds in key block
   // order, row block by row block, so it never rotates.
   template <int kBlockM, bool kRotate>
