@@ -2,7 +2,8 @@
 # One round on the GPU machine, everything in one call (device time is scarce):
 #   1. what machine this is (GPU, CPU, versions);
 #   2. the GPU tests (TEST_RUNS picks suites: default forward-sm80 forward-sm90 backward; TEST_CAND=<name> runs
-#      them, and the stages after, on a candidate's library: see below), then compute-sanitizer
+#      them, and the stages after, on a candidate's library: see below; TEST_TIMEOUT: seconds per suite, default
+#      240, which the backward suite's ~200 s on an H100 nears), then compute-sanitizer
 #      (memcheck, racecheck, initcheck, synccheck) on a small subset (SANITIZE_SUITES: default forward backward,
 #      forward-sm80 for the sm80 forward's tests alone;
 #      SANITIZE_TIMEOUT: seconds per tool and suite, default 300);
@@ -121,7 +122,7 @@ if want tests; then  # the forward families in separate processes: a crash in on
   for run in ${TEST_RUNS:-forward-sm80 forward-sm90 backward}; do  # <binary>[-<family>]
     family=${run#*-}
     [ "$family" = "$run" ] && family=""
-    timeout 240 "$(test_binary "${run%%-*}")" --gtest_brief=1 --gtest_filter="*${family}" 2>&1 |
+    timeout "${TEST_TIMEOUT:-240}" "$(test_binary "${run%%-*}")" --gtest_brief=1 --gtest_filter="*${family}" 2>&1 |
       tee "$out/gpu-tests-$run.txt" | tail -15 || status=1
   done
 fi
