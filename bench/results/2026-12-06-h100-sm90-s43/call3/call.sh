@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Session 43, call 3: backward v39 (dQ converted in the main kernel by one producer warp fed by the loader,
+# consumers as main's, counted 8 steps a batch, every hand-off an mbarrier) and v39g1 (a batch of 1): v39's sm90 backward GPU tests, one A/B
+# round of both against main's library (741c203: the same backward below D = 256), then v39's sanitizers.
+cd "$(dirname "$0")/.."
+nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
+shapes="32,512,32,64;8,2k,32,64;2,8k,32,64;32,512,12,96;32,512,16,128;16,1k,16,128;8,2k,16,128;4,4k,16,128"
+shapes+=";2,8k,16,128;1,16k,16,128;16,1k,8,192;32,512,8,256;8,2k,8,256;1,16k,8,256"
+AB_CANDS=v39,v39g1 AB_TAG=r1 \
+  AB_ARGS="--shapes $shapes --causal both --backends cuda-sm90 --dtype bf16 --backward --repeats 10 --verify-rows 2" \
+  bash scripts/gpu_round.sh ab 2>&1 | grep -E "geometric|rror|FAIL" | head -8
+echo "ab done at $SECONDS s"
+gm=$(python3 bench/ab_table.py out/ab-base-r1.jsonl out/ab-v39-r1.jsonl | grep bwd_tflops | sed 's/.*geometric mean \([0-9.]*\).*/\1/')
+echo "v39 bwd geometric mean $gm"
+if ! python3 -c "import sys; sys.exit(0 if float('$gm') > 0.99 else 1)"; then echo "v39 lost: no tests"; exit 0; fi
+TEST_CAND=v39 TEST_RUNS="backward-Sm90.*" TEST_TIMEOUT=300 bash scripts/gpu_round.sh tests 2>&1 | grep -E "PASSED|FAILED|SKIPPED|tests ran|Failure|rror" | head -20
+echo "tests done at $SECONDS s"
+if [ "$SECONDS" -lt 440 ]; then
+  TEST_CAND=v39 SANITIZE_SUITES=backward SANITIZE_TIMEOUT=80 bash scripts/gpu_round.sh sanitize 2>&1 | grep -E "ERROR SUMMARY|hazard|exit" | head -12
+  echo "sanitizers done at $SECONDS s"
+fi
