@@ -88,30 +88,43 @@ struct BaselineMath {
   flashtile::Problem p;
   DType dt;
   float rd(float x) const { return round_to(dt, x); }
+  // Row (b, s, h) of a (B, S, H, D) input, element d (the last dimension is dense, as SPEC.md requires).
+  struct Row {
+    Tensor t;
+    int64_t offset;
+    float operator[](int64_t d) const { return load_as_float(t.data, t.dtype, offset + d); }
+  };
+  static Row row(const HostTensor& a, int64_t b, int64_t s, int64_t h) {
+    return {a.view(), offset_bshd(a.view(), b, s, h)};
+  }
   float dot(const HostTensor& a, int64_t b, int64_t s, int64_t h, const HostTensor& x, int64_t s2, int64_t h2,
             int64_t n) const {
+    const Row ar = row(a, b, s, h), xr = row(x, b, s2, h2);
     float acc = 0;
-    for (int64_t d = 0; d < n; ++d) acc += a.get({b, s, h, d}) * x.get({b, s2, h2, d});
+    for (int64_t d = 0; d < n; ++d) acc += ar[d] * xr[d];
     return acc;
   }
-  // The (soft-capped) score of row i and key j as the baseline rounds it.
-  float score(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    float s = rd(p.scale * rd(dot(c.q, b, i, h, c.k, j, h / p.group(), p.head_dim)));
-    return p.softcap > 0 ? rd(p.softcap * std::tanh(s / p.softcap)) : s;
+  // The (soft-capped) score of row i and key j as the baseline rounds it; th, when given, receives
+  // tanh(score / softcap), which the softcap's gradient needs.
+  float score(int64_t b, int64_t h, int64_t i, int64_t j, float* th = nullptr) const {
+    const float s = rd(p.scale * rd(dot(c.q, b, i, h, c.k, j, h / p.group(), p.head_dim)));
+    if (p.softcap <= 0) return s;
+    const float t = std::tanh(s / p.softcap);
+    if (th) *th = t;
+    return rd(p.softcap * t);
+  }
+  // dL/ds for one score, rounded at each step as a framework's backward would: P (dP - row_dot), times the
+  // softcap's derivative, times the softmax scale. row_dot is sum_j P_j dP_j, already rounded.
+  float score_grad(float prob, float dp, float row_dot, float th) const {
+    float ds = rd(prob * (dp - row_dot));
+    if (p.softcap > 0) ds = rd(ds * (1.0f - th * th));
+    return rd(ds * p.scale);
   }
   // P row (rounded to dtype) over visible keys [lo, hi], plus the fp32 LSE of the rounded scores.
   void probs(int64_t b, int64_t h, int64_t i, std::vector<float>& prob, std::vector<float>& th, float* lse) const {
-    const int64_t hk = h / p.group(), lo = p.keys.lo(i), hi = p.keys.hi(i);
+    const int64_t lo = p.keys.lo(i), hi = p.keys.hi(i);
     float mx = -std::numeric_limits<float>::infinity();
-    for (int64_t j = lo; j <= hi; ++j) {
-      float s = rd(p.scale * rd(dot(c.q, b, i, h, c.k, j, hk, p.head_dim)));
-      if (p.softcap > 0) {
-        th[j] = std::tanh(s / p.softcap);
-        s = rd(p.softcap * th[j]);
-      }
-      prob[j] = s;
-      mx = std::max(mx, s);
-    }
+    for (int64_t j = lo; j <= hi; ++j) mx = std::max(mx, prob[j] = score(b, h, i, j, &th[j]));
     float sum = 0;
     for (int64_t j = lo; j <= hi; ++j) sum += (prob[j] = std::exp(prob[j] - mx));
     for (int64_t j = lo; j <= hi; ++j) prob[j] = rd(prob[j] / sum);
@@ -306,25 +319,26 @@ Reference oracle(const Case& c, bool with_backward) {
   r.dq.assign(pr.batch * pr.seqlen_q * pr.heads_q * pr.head_dim, 0.0);
   r.dk.assign(pr.batch * pr.seqlen_k * pr.heads_kv * pr.head_dim, 0.0);
   r.dv.assign(pr.batch * pr.seqlen_k * pr.heads_kv * pr.head_dim_v, 0.0);
-  const int64_t g = p.group();
+  // Two passes, each spread over the cores by rows or keys (a test problem has few (batch, K/V head) pairs):
+  // each row's dq and softmax statistics, then each key's dk and dv from them.
+  const Tensor dout = c.dout.view();
+  std::vector<cpu::oracle::RowGradStats> stats(rows);  // ((b, h), i), as the LSE
 #pragma omp parallel
   {
-    std::vector<double> dq(g * pr.seqlen_q * pr.head_dim), dk(pr.seqlen_k * pr.head_dim),
-        dv(pr.seqlen_k * pr.head_dim_v), s3(3 * std::max<int64_t>(pr.seqlen_k, 1));
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < pr.batch * pr.heads_kv; ++t) {
-      const int64_t b = t / pr.heads_kv, hk = t % pr.heads_kv;
-      cpu::oracle::backward_group(q, k, v, c.dout.view(), p, b, hk, dq.data(), dk.data(), dv.data(), s3.data());
-      for (int64_t gi = 0; gi < g; ++gi)
-        for (int64_t i = 0; i < pr.seqlen_q; ++i)
-          std::copy_n(&dq[(gi * pr.seqlen_q + i) * pr.head_dim], pr.head_dim,
-                      &r.dq[((b * pr.seqlen_q + i) * pr.heads_q + hk * g + gi) * pr.head_dim]);
-      for (int64_t j = 0; j < pr.seqlen_k; ++j) {
-        std::copy_n(&dk[j * pr.head_dim], pr.head_dim, &r.dk[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * pr.head_dim]);
-        std::copy_n(&dv[j * pr.head_dim_v], pr.head_dim_v,
-                    &r.dv[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * pr.head_dim_v]);
-      }
+    std::vector<double> scratch(3 * std::max<int64_t>(pr.seqlen_k, 1));
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t t = 0; t < rows; ++t) {
+      const int64_t h = t % pr.heads_q, i = (t / pr.heads_q) % pr.seqlen_q, b = t / (pr.heads_q * pr.seqlen_q);
+      cpu::oracle::backward_row(q, k, v, dout, p, b, h, i, &r.dq[t * pr.head_dim],
+                                &stats[(b * pr.heads_q + h) * pr.seqlen_q + i], scratch.data());
     }
+  }
+  const int64_t keys = pr.batch * pr.seqlen_k * pr.heads_kv;
+#pragma omp parallel for schedule(dynamic, 16)
+  for (int64_t t = 0; t < keys; ++t) {
+    const int64_t hk = t % pr.heads_kv, j = (t / pr.heads_kv) % pr.seqlen_k, b = t / (pr.heads_kv * pr.seqlen_k);
+    cpu::oracle::backward_key(q, k, v, dout, p, b, hk, j, &stats[(b * pr.heads_q + hk * p.group()) * pr.seqlen_q],
+                              &r.dk[t * pr.head_dim], &r.dv[t * pr.head_dim_v]);
   }
   return r;
 }
@@ -342,61 +356,70 @@ Reference baseline(const Case& c, bool with_backward) {
     r.dk.assign(pr.batch * pr.seqlen_k * pr.heads_kv * D, 0.0);
     r.dv.assign(pr.batch * pr.seqlen_k * pr.heads_kv * Dv, 0.0);
   }
-  // Each (batch, K/V head) writes only its own rows and keys: spread them over the cores.
+  // Two passes, each spread over the cores by rows or keys, each sum in the order of a framework's backward
+  // over one (batch, K/V head): each row's O, LSE and dq; then each key's dk and dv over the group's rows.
+  const int64_t rows = pr.batch * pr.seqlen_q * pr.heads_q;
+  std::vector<float> row_dot(with_backward ? rows : 0);  // sum_j P_j dP_j rounded, ((b, h), i) as the LSE
 #pragma omp parallel
   {
-    std::vector<float> prob(std::max<int64_t>(pr.seqlen_k, 1)), th(prob.size()), dp(prob.size()), acc;
-    std::vector<float> dk_acc(pr.seqlen_k * D), dv_acc(pr.seqlen_k * Dv);
-#pragma omp for schedule(dynamic, 1)
-    for (int64_t t = 0; t < pr.batch * pr.heads_kv; ++t) {
-      const int64_t b = t / pr.heads_kv, hk = t % pr.heads_kv;
-      {
-        std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
-        std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
-        for (int64_t h = hk * g; h < (hk + 1) * g; ++h)
-          for (int64_t i = 0; i < pr.seqlen_q; ++i) {
-            const int64_t lo = p.keys.lo(i), hi = p.keys.hi(i);
-            float lse = 0;
-            m.probs(b, h, i, prob, th, &lse);
-            r.lse[(b * pr.heads_q + h) * pr.seqlen_q + i] = lse;
-            for (int64_t d = 0; d < Dv; ++d) {
-              float o = 0;
-              for (int64_t j = lo; j <= hi; ++j) o += prob[j] * c.v.get({b, j, hk, d});
-              r.o[((b * pr.seqlen_q + i) * pr.heads_q + h) * Dv + d] = m.rd(o);
-            }
-            if (!with_backward || lo > hi) continue;
-            // A framework's backward differentiates its own softmax; a flash backward has only the forward's fp32
-            // LSE to rebuild P from, and fp32 holds |LSE| ~ 100 to ~4e-6. The baseline rebuilds P the same way,
-            // so for fp32 inputs it carries the rounding of the LSE that SPEC.md fixes as fp32 (for fp16/bf16
-            // the P it gets is the same after rounding to the dtype).
-            const float lse32 = static_cast<float>(r.lse[(b * pr.heads_q + h) * pr.seqlen_q + i]);
-            for (int64_t j = lo; j <= hi; ++j) prob[j] = m.rd(std::exp(m.score(b, h, i, j) - lse32));
-            float t = 0;
-            for (int64_t j = lo; j <= hi; ++j) {
-              dp[j] = m.rd(m.dot(c.dout, b, i, h, c.v, j, hk, Dv));
-              t += prob[j] * dp[j];
-            }
-            acc.assign(D, 0.0f);
-            for (int64_t j = lo; j <= hi; ++j) {
-              float ds = m.rd(prob[j] * (dp[j] - m.rd(t)));
-              if (p.softcap > 0) ds = m.rd(ds * (1.0f - th[j] * th[j]));
-              ds = m.rd(ds * p.scale);
-              for (int64_t d = 0; d < D; ++d) {
-                acc[d] += ds * c.k.get({b, j, hk, d});
-                dk_acc[j * D + d] += ds * c.q.get({b, i, h, d});
-              }
-              for (int64_t d = 0; d < Dv; ++d) dv_acc[j * Dv + d] += prob[j] * c.dout.get({b, i, h, d});
-            }
-            for (int64_t d = 0; d < D; ++d) r.dq[((b * pr.seqlen_q + i) * pr.heads_q + h) * D + d] = m.rd(acc[d]);
-          }
-        if (!with_backward) continue;
-        for (int64_t j = 0; j < pr.seqlen_k; ++j) {
-          for (int64_t d = 0; d < D; ++d)
-            r.dk[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * D + d] = m.rd(dk_acc[j * D + d]);
-          for (int64_t d = 0; d < Dv; ++d)
-            r.dv[((b * pr.seqlen_k + j) * pr.heads_kv + hk) * Dv + d] = m.rd(dv_acc[j * Dv + d]);
-        }
+    std::vector<float> prob(std::max<int64_t>(pr.seqlen_k, 1)), th(prob.size()), dp(prob.size()), acc(D);
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t t = 0; t < rows; ++t) {
+      const int64_t h = t % pr.heads_q, i = (t / pr.heads_q) % pr.seqlen_q, b = t / (pr.heads_q * pr.seqlen_q);
+      const int64_t hk = h / g, lo = p.keys.lo(i), hi = p.keys.hi(i), stat = (b * pr.heads_q + h) * pr.seqlen_q + i;
+      float lse = 0;
+      m.probs(b, h, i, prob, th, &lse);
+      r.lse[stat] = lse;
+      for (int64_t d = 0; d < Dv; ++d) {
+        float o = 0;
+        for (int64_t j = lo; j <= hi; ++j) o += prob[j] * m.row(c.v, b, j, hk)[d];
+        r.o[t * Dv + d] = m.rd(o);
       }
+      if (!with_backward || lo > hi) continue;
+      // A framework's backward differentiates its own softmax; a flash backward has only the forward's fp32
+      // LSE to rebuild P from, and fp32 holds |LSE| ~ 100 to ~4e-6. The baseline rebuilds P the same way,
+      // so for fp32 inputs it carries the rounding of the LSE that SPEC.md fixes as fp32 (for fp16/bf16
+      // the P it gets is the same after rounding to the dtype).
+      for (int64_t j = lo; j <= hi; ++j) prob[j] = m.rd(std::exp(m.score(b, h, i, j) - lse));
+      float sum = 0;
+      for (int64_t j = lo; j <= hi; ++j) {
+        dp[j] = m.rd(m.dot(c.dout, b, i, h, c.v, j, hk, Dv));
+        sum += prob[j] * dp[j];
+      }
+      row_dot[stat] = m.rd(sum);
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int64_t j = lo; j <= hi; ++j) {
+        const float ds = m.score_grad(prob[j], dp[j], row_dot[stat], th[j]);
+        const BaselineMath::Row k_row = m.row(c.k, b, j, hk);
+        for (int64_t d = 0; d < D; ++d) acc[d] += ds * k_row[d];
+      }
+      for (int64_t d = 0; d < D; ++d) r.dq[t * D + d] = m.rd(acc[d]);
+    }
+  }
+  if (!with_backward) return r;
+  const int64_t keys = pr.batch * pr.seqlen_k * pr.heads_kv;
+#pragma omp parallel
+  {
+    std::vector<float> dk_acc(D), dv_acc(Dv);
+#pragma omp for schedule(dynamic, 16)
+    for (int64_t t = 0; t < keys; ++t) {
+      const int64_t hk = t % pr.heads_kv, j = (t / pr.heads_kv) % pr.seqlen_k, b = t / (pr.heads_kv * pr.seqlen_k);
+      std::fill(dk_acc.begin(), dk_acc.end(), 0.0f);
+      std::fill(dv_acc.begin(), dv_acc.end(), 0.0f);
+      for (int64_t h = hk * g; h < (hk + 1) * g; ++h)
+        for (int64_t i = 0; i < pr.seqlen_q; ++i) {
+          if (!p.keys.visible(i, j)) continue;
+          const int64_t stat = (b * pr.heads_q + h) * pr.seqlen_q + i;
+          float th = 0;
+          const float prob = m.rd(std::exp(m.score(b, h, i, j, &th) - static_cast<float>(r.lse[stat])));
+          const float dp = m.rd(m.dot(c.dout, b, i, h, c.v, j, hk, Dv));
+          const float ds = m.score_grad(prob, dp, row_dot[stat], th);
+          const BaselineMath::Row q_row = m.row(c.q, b, i, h), do_row = m.row(c.dout, b, i, h);
+          for (int64_t d = 0; d < D; ++d) dk_acc[d] += ds * q_row[d];
+          for (int64_t d = 0; d < Dv; ++d) dv_acc[d] += prob * do_row[d];
+        }
+      for (int64_t d = 0; d < D; ++d) r.dk[t * D + d] = m.rd(dk_acc[d]);
+      for (int64_t d = 0; d < Dv; ++d) r.dv[t * Dv + d] = m.rd(dv_acc[d]);
     }
   }
   return r;

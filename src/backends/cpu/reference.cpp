@@ -1,7 +1,10 @@
 #include "backends/cpu/reference.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <new>
+#include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "backends/cpu/parallel.hpp"
@@ -20,23 +23,36 @@ double dot(const Tensor& a, int64_t a_off, const Tensor& b, int64_t b_off, int64
   return acc;
 }
 
-// Fills s[j] for visible keys with the (soft-capped) score and returns their max; -inf if none is visible.
-// When th is given it receives tanh(scale * q.k / softcap), needed by the softcap gradient.
+// The (soft-capped) score of row and key. When th is given it receives tanh(scale * q.k / softcap), needed by
+// the softcap gradient.
+double score(const Tensor& q, const Tensor& k, const Problem& p, int64_t b, int64_t h, int64_t row, int64_t key,
+             double* th) {
+  double x = static_cast<double>(p.scale) *
+             dot(q, offset_bshd(q, b, row, h), k, offset_bshd(k, b, key, h / p.group()), p.head_dim);
+  if (p.softcap > 0) {
+    const double t = std::tanh(x / p.softcap);
+    if (th) *th = t;
+    x = p.softcap * t;
+  }
+  return x;
+}
+
+// Fills s[j] (and th[j], when given) for the row's visible keys and returns their max; -inf if none is visible.
 double scores(const Tensor& q, const Tensor& k, const Problem& p, int64_t b, int64_t h, int64_t row, double* s,
               double* th) {
-  const int64_t hk = h / p.group(), lo = p.keys.lo(row), hi = p.keys.hi(row);
   double mx = -std::numeric_limits<double>::infinity();
-  for (int64_t j = lo; j <= hi; ++j) {
-    double x = static_cast<double>(p.scale) * dot(q, offset_bshd(q, b, row, h), k, offset_bshd(k, b, j, hk), p.head_dim);
-    if (p.softcap > 0) {
-      const double t = std::tanh(x / p.softcap);
-      if (th) th[j] = t;
-      x = p.softcap * t;
-    }
-    s[j] = x;
-    mx = std::max(mx, x);
+  for (int64_t j = p.keys.lo(row), hi = p.keys.hi(row); j <= hi; ++j) {
+    s[j] = score(q, k, p, b, h, row, j, th ? th + j : nullptr);
+    mx = std::max(mx, s[j]);
   }
   return mx;
+}
+
+// dL/ds for one score, the softmax scale folded in: P (dP - sum_j P_j dP_j), times the softcap's derivative.
+double score_grad(const Problem& p, double prob, double dp, double row_dot, double th) {
+  double ds = prob * (dp - row_dot);
+  if (p.softcap > 0) ds *= 1.0 - th * th;
+  return ds * p.scale;
 }
 
 }  // namespace
@@ -60,40 +76,46 @@ void forward_row(const Tensor& q, const Tensor& k, const Tensor& v, const Proble
   *lse = mx + std::log(sum);
 }
 
-void backward_group(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Problem& p,
-                    int64_t b, int64_t hk, double* dq, double* dk, double* dv, double* scratch) {
-  const int64_t d_qk = p.head_dim, d_v = p.head_dim_v;
-  std::fill(dq, dq + p.group() * p.seqlen_q * d_qk, 0.0);
-  std::fill(dk, dk + p.seqlen_k * d_qk, 0.0);
-  std::fill(dv, dv + p.seqlen_k * d_v, 0.0);
+void backward_row(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Problem& p,
+                  int64_t b, int64_t h, int64_t row, double* dq, RowGradStats* stats, double* scratch) {
+  const int64_t hk = h / p.group(), lo = p.keys.lo(row), hi = p.keys.hi(row);
+  std::fill(dq, dq + p.head_dim, 0.0);
+  if (lo > hi) return;  // no visible key: every gradient of this row is 0
   double *prob = scratch, *th = scratch + p.seqlen_k, *dp = th + p.seqlen_k;
+  const double mx = scores(q, k, p, b, h, row, prob, th);
+  double sum = 0.0;
+  for (int64_t j = lo; j <= hi; ++j) sum += (prob[j] = std::exp(prob[j] - mx));
+  const int64_t do_off = offset_bshd(dout, b, row, h);
+  double row_dot = 0.0;
+  for (int64_t j = lo; j <= hi; ++j) {
+    prob[j] /= sum;
+    dp[j] = dot(dout, do_off, v, offset_bshd(v, b, j, hk), p.head_dim_v);
+    row_dot += prob[j] * dp[j];
+  }
+  for (int64_t j = lo; j <= hi; ++j) {
+    const double ds = score_grad(p, prob[j], dp[j], row_dot, th[j]);
+    const int64_t k_off = offset_bshd(k, b, j, hk);
+    for (int64_t d = 0; d < p.head_dim; ++d) dq[d] += ds * load_as_float(k.data, k.dtype, k_off + d);
+  }
+  *stats = {mx, sum, row_dot};
+}
+
+void backward_key(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& dout, const Problem& p,
+                  int64_t b, int64_t hk, int64_t key, const RowGradStats* stats, double* dk, double* dv) {
+  std::fill(dk, dk + p.head_dim, 0.0);
+  std::fill(dv, dv + p.head_dim_v, 0.0);
+  const int64_t v_off = offset_bshd(v, b, key, hk);
   for (int64_t g = 0; g < p.group(); ++g) {
     const int64_t h = hk * p.group() + g;
     for (int64_t i = 0; i < p.seqlen_q; ++i) {
-      const int64_t lo = p.keys.lo(i), hi = p.keys.hi(i);
-      if (lo > hi) continue;  // no visible key: every gradient of this row is 0
-      const double mx = scores(q, k, p, b, h, i, prob, th);
-      double sum = 0.0;
-      for (int64_t j = lo; j <= hi; ++j) sum += (prob[j] = std::exp(prob[j] - mx));
+      if (!p.keys.visible(i, key)) continue;
+      const RowGradStats& row = stats[g * p.seqlen_q + i];
+      double th = 0.0;
+      const double prob = std::exp(score(q, k, p, b, h, i, key, &th) - row.max) / row.sum;
       const int64_t do_off = offset_bshd(dout, b, i, h), q_off = offset_bshd(q, b, i, h);
-      double row_dot = 0.0;  // sum_j P_ij dP_ij
-      for (int64_t j = lo; j <= hi; ++j) {
-        prob[j] /= sum;
-        dp[j] = dot(dout, do_off, v, offset_bshd(v, b, j, hk), d_v);
-        row_dot += prob[j] * dp[j];
-      }
-      double* dq_row = dq + (g * p.seqlen_q + i) * d_qk;
-      for (int64_t j = lo; j <= hi; ++j) {
-        double ds = prob[j] * (dp[j] - row_dot);
-        if (p.softcap > 0) ds *= 1.0 - th[j] * th[j];
-        ds *= p.scale;
-        const int64_t k_off = offset_bshd(k, b, j, hk), v_row = j * d_v;
-        for (int64_t d = 0; d < d_qk; ++d) {
-          dq_row[d] += ds * load_as_float(k.data, k.dtype, k_off + d);
-          dk[j * d_qk + d] += ds * load_as_float(q.data, q.dtype, q_off + d);
-        }
-        for (int64_t d = 0; d < d_v; ++d) dv[v_row + d] += prob[j] * load_as_float(dout.data, dout.dtype, do_off + d);
-      }
+      const double ds = score_grad(p, prob, dot(dout, do_off, v, v_off, p.head_dim_v), row.row_dot, th);
+      for (int64_t d = 0; d < p.head_dim; ++d) dk[d] += ds * load_as_float(q.data, q.dtype, q_off + d);
+      for (int64_t d = 0; d < p.head_dim_v; ++d) dv[d] += prob * load_as_float(dout.data, dout.dtype, do_off + d);
     }
   }
 }
@@ -120,21 +142,29 @@ Status reference_forward(const ForwardParams& params, const Problem& p) {
   });
 }
 
+// Two passes over every core: each query row's dq and statistics, then each key's dk and dv from them.
 Status reference_backward(const BackwardParams& params, const Problem& p) {
-  const int64_t dq_n = p.group() * p.seqlen_q * p.head_dim, dk_n = p.seqlen_k * p.head_dim,
-                dv_n = p.seqlen_k * p.head_dim_v;
-  return parallel_tasks<double>(p.batch * p.heads_kv, params.num_threads, dq_n + dk_n + dv_n + 3 * p.seqlen_k,
+  std::vector<oracle::RowGradStats> stats;  // ((b, query head), row), as the first pass's tasks are numbered
+  try {
+    stats.resize(static_cast<size_t>(p.batch * p.heads_q * p.seqlen_q));
+  } catch (const std::bad_alloc&) {
+    return {StatusCode::kOutOfMemory, "CPU reference backward: cannot allocate the rows' statistics"};
+  }
+  const Status rows = parallel_tasks<double>(p.batch * p.heads_q * p.seqlen_q, params.num_threads,
+                                             3 * p.seqlen_k + p.head_dim, [&](int64_t task, double* w) {
+    const int64_t i = task % p.seqlen_q, h = (task / p.seqlen_q) % p.heads_q, b = task / (p.seqlen_q * p.heads_q);
+    double* dq = w + 3 * p.seqlen_k;
+    oracle::backward_row(params.q, params.k, params.v, params.dout, p, b, h, i, dq, &stats[task], w);
+    store_row(params.dq, b, i, h, p.head_dim, dq);
+  });
+  if (!rows.ok()) return rows;
+  return parallel_tasks<double>(p.batch * p.heads_kv * p.seqlen_k, params.num_threads, p.head_dim + p.head_dim_v,
                                 [&](int64_t task, double* w) {
-    const int64_t hk = task % p.heads_kv, b = task / p.heads_kv;
-    double *dq = w, *dk = dq + dq_n, *dv = dk + dk_n;
-    oracle::backward_group(params.q, params.k, params.v, params.dout, p, b, hk, dq, dk, dv, dv + dv_n);
-    for (int64_t g = 0; g < p.group(); ++g)
-      for (int64_t i = 0; i < p.seqlen_q; ++i)
-        store_row(params.dq, b, i, hk * p.group() + g, p.head_dim, dq + (g * p.seqlen_q + i) * p.head_dim);
-    for (int64_t j = 0; j < p.seqlen_k; ++j) {
-      store_row(params.dk, b, j, hk, p.head_dim, dk + j * p.head_dim);
-      store_row(params.dv, b, j, hk, p.head_dim_v, dv + j * p.head_dim_v);
-    }
+    const int64_t j = task % p.seqlen_k, hk = (task / p.seqlen_k) % p.heads_kv, b = task / (p.seqlen_k * p.heads_kv);
+    const oracle::RowGradStats* group_rows = &stats[(b * p.heads_q + hk * p.group()) * p.seqlen_q];
+    oracle::backward_key(params.q, params.k, params.v, params.dout, p, b, hk, j, group_rows, w, w + p.head_dim);
+    store_row(params.dk, b, j, hk, p.head_dim, w);
+    store_row(params.dv, b, j, hk, p.head_dim_v, w + p.head_dim);
   });
 }
 
