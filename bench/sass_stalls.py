@@ -6,10 +6,14 @@ profilebwd and profilebwd90 stages of scripts/gpu_round.sh save it, xz-packed) a
   - the share of all warp-stall samples that a stall reason (a column such as stall_long_sb) holds,
   - that reason's samples by opcode, and the instructions executed by opcode,
   - the hottest instructions for it, in program order, with their indices (to read their neighbours with
-    --around).
+    --around);
+  - with --regions, the samples by how often an instruction ran: code that runs once a loop step (the most
+    executed), once a tile, once a kernel, each count's runs of neighbouring instructions apart (a tile's
+    prologue and epilogue), so a per-tile cost shows beside the per-step one.
 
   bench/sass_stalls.py ncu-bwd-flashtile-d128-s4096-full-sass.csv.xz --reason stall_long_sb
   bench/sass_stalls.py report-sass.csv --around 2569 --width 12
+  bench/sass_stalls.py ncu-bwd-sm90-s512-sass.csv.xz --regions
 """
 import argparse
 import collections
@@ -46,6 +50,31 @@ def opcode(source):
     return op.split(".")[0]
 
 
+def print_regions(data, src, all_i, reason_i, executed_i, reason, gap=5):
+    """Samples by execution count, and for each of the largest counts its runs of instructions (neighbours
+    closer than `gap` join one run): the loop body, a tile's prologue and epilogue."""
+    total = sum(number(r[all_i]) for r in data) or 1.0
+    by_count, instructions = collections.Counter(), collections.Counter()
+    for r in data:
+        by_count[number(r[executed_i])] += number(r[all_i])
+        instructions[number(r[executed_i])] += 1
+    for count, samples in by_count.most_common(6):
+        print(f"executed {count:10.0f}: {instructions[count]:5d} instructions, {100 * samples / total:5.1f}% of samples")
+        where = [i for i, r in enumerate(data) if number(r[executed_i]) == count]
+        runs, first = [], where[0]
+        for prev, i in zip(where, where[1:] + [None]):
+            if i is None or i - prev >= gap:
+                runs.append((first, prev))
+                first = i
+        for lo, hi in runs:
+            part = data[lo : hi + 1]
+            share = sum(number(r[all_i]) for r in part) / total
+            if share >= 0.005:
+                print(f"    {lo:6d}-{hi:<6d} {100 * share:5.1f}% ({reason}: "
+                      f"{100 * sum(number(r[reason_i]) for r in part) / total:.1f}%)  "
+                      f"first: {' '.join(part[0][src].split())[:60]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("csv", help="ncu source page as CSV (.csv or .csv.xz)")
@@ -53,6 +82,7 @@ def main():
     ap.add_argument("--top", type=int, default=25, help="instructions to list (default 25)")
     ap.add_argument("--around", type=int, help="print the instructions around this index instead")
     ap.add_argument("--width", type=int, default=20, help="with --around: instructions on each side")
+    ap.add_argument("--regions", action="store_true", help="samples by execution count and region instead")
     args = ap.parse_args()
 
     kernel, header, data = read_rows(args.csv)
@@ -69,6 +99,10 @@ def main():
             r = data[i]
             print(f"{i:6d} samples {number(r[all_i]):7.0f} {args.reason} {number(r[reason_i]):7.0f} "
                   f"executed {number(r[executed_i]):10.0f}  {' '.join(r[src].split())}")
+        return
+
+    if args.regions:
+        print_regions(data, src, all_i, reason_i, executed_i, args.reason)
         return
 
     total = sum(number(r[all_i]) for r in data)

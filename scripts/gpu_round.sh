@@ -3,7 +3,8 @@
 #   1. what machine this is (GPU, CPU, versions);
 #   2. the GPU tests (TEST_RUNS picks suites: default forward-sm80 forward-sm90 backward; TEST_CAND=<name> runs
 #      them, and the stages after, on a candidate's library: see below; TEST_TIMEOUT: seconds per suite, default
-#      240, which the backward suite's ~200 s on an H100 nears), then compute-sanitizer
+#      240, which the backward suite's ~170-200 s on an H100 nears; TEST_BRIEF=0: every test's line and time in
+#      the log), then compute-sanitizer
 #      (memcheck, racecheck, initcheck, synccheck) on a small subset (SANITIZE_SUITES: default forward backward,
 #      forward-sm80 for the sm80 forward's tests alone;
 #      SANITIZE_TIMEOUT: seconds per tool and suite, default 300);
@@ -27,7 +28,8 @@
 #   bwdparts: each kernel's time in one backward (BWDPARTS_BACKEND: cuda-sm80, the default, or cuda-sm90) beside
 #     FA2's and cuDNN's kernels (ncu, clocks and caches as in a plain run; PROFILE_SHAPES as profilebwd);
 #   profilebwd90: Nsight Compute on the sm90 backward's main kernel (with its SASS source counters) and on cuDNN's
-#     backward kernels, B=8 S=2048 full, D=128 H=16 (PROFILE90_D=256: D=256 H=8);
+#     backward kernels, B=8 S=2048 full, D=128 H=16 (PROFILE90_D=256: D=256 H=8; PROFILE90_S=512: S=512 B=32, as
+#     grid A; PROFILE90_CAUSAL=1: causal);
 #   ab: this tree's library, then each candidate library of .device/cand-*/ (scripts/candidate_lib.sh <ref> <name>),
 #     through the same tool: `flashtile bench $AB_ARGS` (default grid A bf16 forward and backward, sm80) into
 #     ab-<name>[-$AB_TAG].jsonl, bench/ab_table.py's summary; AB_CANDS=name,... picks candidates (default all);
@@ -122,7 +124,7 @@ if want tests; then  # the forward families in separate processes: a crash in on
   for run in ${TEST_RUNS:-forward-sm80 forward-sm90 backward}; do  # <binary>[-<family>]
     family=${run#*-}
     [ "$family" = "$run" ] && family=""
-    timeout "${TEST_TIMEOUT:-240}" "$(test_binary "${run%%-*}")" --gtest_brief=1 --gtest_filter="*${family}" 2>&1 |
+    timeout "${TEST_TIMEOUT:-240}" "$(test_binary "${run%%-*}")" --gtest_brief="${TEST_BRIEF:-1}" --gtest_filter="*${family}" 2>&1 |
       tee "$out/gpu-tests-$run.txt" | tail -15 || status=1
   done
 fi
@@ -282,18 +284,23 @@ if want bwdparts; then  # each kernel's time in one backward: flashtile, FA2 and
 fi
 
 if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backward, B=8 S=2048 bf16 full
-  # PROFILE90_D picks the head dim (default 128; heads 2048 / D, as grid A); reports of another head dim than 128
-  # get a -d<D> suffix. PROFILE_CANDS=name,... also profiles those candidate libraries (.device/cand-<name>,
-  # scripts/candidate_lib.sh) into ncu-bwd-sm90-<name>.txt, to set beside this tree's; PROFILE_CUDNN=0 leaves
-  # cuDNN out.
+  # PROFILE90_D picks the head dim (default 128; heads 2048 / D, as grid A), PROFILE90_S the length (default 2048;
+  # batch 16384 / S, as grid A), PROFILE90_CAUSAL=1 the causal mask; reports of another shape than D = 128, S = 2048
+  # full get a -d<D>, -s<S> or -causal suffix. PROFILE_CANDS=name,... also profiles those candidate libraries
+  # (.device/cand-<name>, scripts/candidate_lib.sh) into ncu-bwd-sm90<suffix>-<name>.txt, to set beside this
+  # tree's; PROFILE_CUDNN=0 leaves cuDNN out.
   d90=${PROFILE90_D:-128}
+  s90=${PROFILE90_S:-2048}
   h90=$((2048 / d90))
-  sfx90=$([ "$d90" = 128 ] || echo "-d$d90")
-  echo "== ncu: flashtile sm90 backward (bwd_kernel) and cuDNN's backward kernels, B=8 H=$h90 S=2048 D=$d90 bf16 full"
+  b90=$((16384 / s90))
+  causal90=$([ "${PROFILE90_CAUSAL:-0}" = 1 ] && echo --causal || echo --no-causal)
+  sfx90=$([ "$d90" = 128 ] || echo "-d$d90")$([ "$s90" = 2048 ] || echo "-s$s90")
+  sfx90+=$([ "$causal90" = --causal ] && echo -causal)
+  echo "== ncu: flashtile sm90 backward (bwd_kernel) and cuDNN's backward kernels, B=$b90 H=$h90 S=$s90 D=$d90 bf16 $causal90"
   profile_bwd90() {  # <report name> [library directory]: the second launch of bwd_kernel, all sections
     LD_LIBRARY_PATH=${2:+$2:}$LD_LIBRARY_PATH timeout 200 ncu --set full --import-source yes --launch-skip 1 \
-      --launch-count 1 -k regex:^bwd_kernel -o "$out/$1" $bin run -b 8 -s 2048 --heads "$h90" --head-dim "$d90" \
-      --no-causal --backend cuda-sm90 --backward -r 2 --verify-rows 2 > /dev/null 2>&1 || status=1
+      --launch-count 1 -k regex:^bwd_kernel -o "$out/$1" $bin run -b "$b90" -s "$s90" --heads "$h90" \
+      --head-dim "$d90" $causal90 --backend cuda-sm90 --backward -r 2 --verify-rows 2 > /dev/null 2>&1 || status=1
     ncu --import "$out/$1.ncu-rep" --print-details all > "$out/$1.txt" 2>&1
   }
   profile_bwd90 "ncu-bwd-sm90$sfx90"
@@ -309,11 +316,11 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
     timeout 240 ncu --set full --profile-from-start off --print-details all python3 -c "
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
-q = torch.randn(8, $h90, 2048, $d90, device='cuda', dtype=torch.bfloat16, requires_grad=True)
+q = torch.randn($b90, $h90, $s90, $d90, device='cuda', dtype=torch.bfloat16, requires_grad=True)
 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
     for i in range(4):
         if i == 3: torch.cuda.profiler.start()
-        torch.nn.functional.scaled_dot_product_attention(q, q, q).sum().backward()
+        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=$([ "$causal90" = --causal ] && echo True || echo False)).sum().backward()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()" > "$out/ncu-bwd-cudnn$sfx90.txt" 2>&1 || status=1
   fi
@@ -439,6 +446,6 @@ rm -f "$out"/*.md  # the tables are printed above; the JSON lines are the record
 logs=$(cd "$out" && ls gpu-tests-*.txt sanitizer-*.txt 2>/dev/null)
 if [ -n "$logs" ]; then
   # shellcheck disable=SC2086  # one name per word
-  tar -C "$out" -cf "$out/test-logs.tar" $logs && (cd "$out" && rm -f $logs)
+  tar -C "$out" -rf "$out/test-logs.tar" $logs && (cd "$out" && rm -f $logs)  # appends: one call, several rounds
 fi
 exit $status
