@@ -287,8 +287,8 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
   # PROFILE90_D picks the head dim (default 128; heads 2048 / D, as grid A), PROFILE90_S the length (default 2048;
   # batch 16384 / S, as grid A), PROFILE90_CAUSAL=1 the causal mask; reports of another shape than D = 128, S = 2048
   # full get a -d<D>, -s<S> or -causal suffix. PROFILE_CANDS=name,... also profiles those candidate libraries
-  # (.device/cand-<name>, scripts/candidate_lib.sh) into ncu-bwd-sm90<suffix>-<name>.txt, to set beside this
-  # tree's; PROFILE_CUDNN=0 leaves cuDNN out.
+  # (.device/cand-<name>, scripts/candidate_lib.sh) into ncu-bwd-sm90<suffix>-<name>.txt (and its SASS samples,
+  # -sass.csv.xz), to set beside this tree's; PROFILE_CUDNN=0 leaves cuDNN out.
   d90=${PROFILE90_D:-128}
   s90=${PROFILE90_S:-2048}
   h90=$((2048 / d90))
@@ -302,10 +302,9 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
       --launch-count 1 -k regex:^bwd_kernel -o "$out/$1" $bin run -b "$b90" -s "$s90" --heads "$h90" \
       --head-dim "$d90" $causal90 --backend cuda-sm90 --backward -r 2 --verify-rows 2 > /dev/null 2>&1 || status=1
     ncu --import "$out/$1.ncu-rep" --print-details all > "$out/$1.txt" 2>&1
+    ncu --import "$out/$1.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 > "$out/$1-sass.csv.xz"
   }
   profile_bwd90 "ncu-bwd-sm90$sfx90"
-  ncu --import "$out/ncu-bwd-sm90$sfx90.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 \
-    > "$out/ncu-bwd-sm90$sfx90-sass.csv.xz"
   candidates90=${PROFILE_CANDS:-}  # may be unset (set -u)
   for name in ${candidates90//,/ }; do
     profile_bwd90 "ncu-bwd-sm90$sfx90-$name" "$(cand_dir "$name")"
