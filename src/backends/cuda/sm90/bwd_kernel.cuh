@@ -947,7 +947,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         store_pair(dk_head, p.dk_stride[1], tKrdK(e), tKrdK(e + 1), p.scale, e);
         store_pair(dv_head, p.dv_stride[1], tVrdV(e), tVrdV(e + 1), 1.0f, e);
       }
-    } else {
+    } else if (key_w0 + kBlockN / 2 <= f.seqlen_k && f.head_dim == Traits::kHeadDim) {
+      // Every key of this consumer real, every column: each store at a constant offset from one of two row
+      // pointers a tensor (the thread's keys r and r + 8), so that no address is computed between the stores. An
+      // STG's address registers cannot be rewritten until the store has read them, and with an address computed
+      // per store each waited for the one before it: 26% of the main kernel's stall samples at D = 128 S = 512,
+      // though removing it bought only 1-3% there (docs/perf-log.md, sm90 backward v42). Element e of the
+      // accumulator is key r + 8 ((e / 2) % 2), columns c + 8 (e / 4) and the next (sm90_bwd_layout_test).
+      const int key = key_w0 + get<0>(tKcK(0)), col = get<1>(tKcK(0));
+      CudaT* const dk_rows[2] = {dk_head + key * p.dk_stride[1] + col, dk_head + (key + 8) * p.dk_stride[1] + col};
+      CudaT* const dv_rows[2] = {dv_head + key * p.dv_stride[1] + col, dv_head + (key + 8) * p.dv_stride[1] + col};
+      CUTE_UNROLL
+      for (int e = 0; e < size(tKrdK); e += 2) {
+        const int half = (e / 2) % 2, offset = 8 * (e / 4);
+        *reinterpret_cast<uint32_t*>(dk_rows[half] + offset) =
+            sm80::pack2<CudaT>(tKrdK(e) * p.scale, tKrdK(e + 1) * p.scale);
+        *reinterpret_cast<uint32_t*>(dv_rows[half] + offset) = sm80::pack2<CudaT>(tVrdV(e), tVrdV(e + 1));
+      }
+    } else {  // keys past the sequence's end, or a head dim padded up to kHeadDim: each store tested
       CUTE_UNROLL
       for (int e = 0; e < size(tKrdK); e += 2) {
         const int key = key_w0 + get<0>(tKcK(e)), col = get<1>(tKcK(e));
