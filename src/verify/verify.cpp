@@ -90,12 +90,14 @@ struct BaselineMath {
   float rd(float x) const { return round_to(dt, x); }
   // Row (b, s, h) of a (B, S, H, D) input, element d (the last dimension is dense, as SPEC.md requires).
   struct Row {
-    Tensor t;
+    const void* data;
+    DType dtype;
     int64_t offset;
-    float operator[](int64_t d) const { return load_as_float(t.data, t.dtype, offset + d); }
+    float operator[](int64_t d) const { return load_as_float(data, dtype, offset + d); }
   };
   static Row row(const HostTensor& a, int64_t b, int64_t s, int64_t h) {
-    return {a.view(), offset_bshd(a.view(), b, s, h)};
+    const Tensor t = a.view();
+    return {t.data, t.dtype, offset_bshd(t, b, s, h)};
   }
   float dot(const HostTensor& a, int64_t b, int64_t s, int64_t h, const HostTensor& x, int64_t s2, int64_t h2,
             int64_t n) const {

@@ -410,8 +410,8 @@ TEST_F(CudaBackwardSm90, RotatedSweepsAtHeadDim256) {
 }
 
 // `runs` runs of the same problem give bitwise-equal gradients (the deterministic mode). The inputs are made
-// once (making them again, the same values, was most of the test's time); the outputs are poisoned before each
-// run, so an element a run leaves unwritten is NaN and fails the comparison.
+// once (made again for each run, they were the same values); the outputs are poisoned before each run, so an
+// element a run leaves unwritten is NaN and fails the comparison.
 void expect_bitwise_reruns(const Problem& p, uint64_t seed, int runs) {
   verify::Case c = verify::Case::make(p, seed, true);
   ASSERT_TRUE(verify::run_forward_backward(c, Backend::kCudaSm90, Device::kCUDA).ok());
