@@ -183,7 +183,7 @@ Status select_sm80_forward(const Problem& p, const DeviceInfo& prop, sm80::FwdKe
 }
 
 // Whether TMA descriptors can describe the tensors the sm90 kernels copy by TMA (q, k, v and out forward; q, k,
-// v and dout backward): a descriptor's strides are positive and below 2^40 bytes, while SPEC.md allows any
+// v, dout, dk and dv backward): a descriptor's strides are positive and below 2^40 bytes, while SPEC.md allows any
 // stride (a negative one walks a sequence backwards, a zero one repeats a row).
 Status check_tma_strides(const std::vector<Named>& tensors) {
   for (const Named& n : tensors) {
@@ -276,7 +276,8 @@ Status select_sm90_backward(const BackwardParams& params, const Problem& p, cons
                             sm80::BwdKernelInfo* kernel) {
   if (Status s = select_sm80_backward(p, prop, kernel); !s.ok()) return s;  // the head dim it pads to
   if (Status s = check_hopper(prop); !s.ok()) return s;
-  if (Status s = check_tma_strides({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"dout", &params.dout}});
+  if (Status s = check_tma_strides({{"q", &params.q}, {"k", &params.k}, {"v", &params.v}, {"dout", &params.dout},
+                                    {"dk", &params.dk}, {"dv", &params.dv}});
       !s.ok())
     return s;
   *kernel = sm90::find_bwd(p.dtype, kernel->head_dim);

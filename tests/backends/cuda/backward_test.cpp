@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "support/scoped_env.hpp"
 #include "verify/device_mirror.hpp"
@@ -478,6 +479,50 @@ TEST_F(CudaBackwardSm90, CallerWorkspaceOfTheReportedSize) {
 
 // What auto runs, whatever the GPU: on a Hopper GPU with the sm90 kernels, both sm90 families, and with
 // FLASHTILE_CUDA_BACKWARD_KERNELS=sm80 the sm90 forward's out and LSE into the sm80 backward.
+// SPEC.md allows any stride: dK written with its keys back to front (a negative row stride) is dK reversed. Up to
+// D = 128 the sm90 backward stores dK and dV by TMA, whose descriptors cannot hold such a stride: cuda-sm90 refuses
+// the call and names the reason, and auto then takes the sm80 kernels.
+TEST_F(CudaBackwardSm90, NegativeGradientStrides) {
+  const int64_t Sk = 150;
+  const Problem p = make_problem(2, 120, Sk, 4, 2, 128, DType::kBFloat16);
+  verify::Case c = verify::Case::make(p, 18900, true);
+  verify::DeviceMirror mirror;
+  ForwardParams f = c.forward_params(Backend::kAuto);
+  f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
+  f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
+  ASSERT_TRUE(forward(f).ok());
+  BackwardParams b = c.backward_params(Backend::kCudaSm90);
+  b.q = f.q, b.k = f.k, b.v = f.v, b.out = f.out, b.lse = f.lse, b.dout = mirror.view(c.dout);
+  b.dq = mirror.view(c.dq), b.dk = mirror.view(c.dk), b.dv = mirror.view(c.dv);
+  ASSERT_TRUE(backward(b).ok());
+  std::string error;
+  ASSERT_TRUE(mirror.copy_back(&error)) << error;
+  const std::vector<double> ahead = c.dk.to_doubles();
+
+  BackwardParams backwards = b;  // dK's keys Sk - 1, Sk - 2, ..., 0
+  backwards.dk.data =
+      static_cast<char*>(b.dk.data) + (Sk - 1) * b.dk.stride[1] * static_cast<int64_t>(sizeof(uint16_t));
+  backwards.dk.stride[1] = -b.dk.stride[1];
+  Status s = backward(backwards);
+  EXPECT_EQ(s.code, StatusCode::kUnsupported) << s.message;
+  EXPECT_NE(s.message.find("TMA"), std::string::npos) << s.message;
+  backwards.backend = Backend::kAuto;
+  s = backward(backwards);
+  ASSERT_TRUE(s.ok()) << s.message;
+  ASSERT_TRUE(mirror.copy_back(&error)) << error;
+  const std::vector<double> reversed = c.dk.to_doubles();
+  const int64_t row = p.heads_kv * p.head_dim;  // BSHD: one key row of every K/V head
+  double worst = 0, scale = 0;
+  for (int64_t batch = 0; batch < p.batch; ++batch)
+    for (int64_t j = 0; j < Sk; ++j)
+      for (int64_t e = 0; e < row; ++e) {
+        const double x = reversed[(batch * Sk + j) * row + e], y = ahead[(batch * Sk + Sk - 1 - j) * row + e];
+        worst = std::max(worst, std::fabs(x - y));
+        scale = std::max(scale, std::fabs(y));
+      }
+  EXPECT_LE(worst, 0.02 * scale) << "dK written backwards is not dK reversed";
+}
+
 TEST_F(CudaBackward, AutoAcrossFamilies) {
   uint64_t seed = 15500;
   for (bool sm80_backward : {false, true}) {

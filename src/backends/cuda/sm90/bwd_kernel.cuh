@@ -31,7 +31,8 @@
 //        a swizzle atom, which a wgmma operand cannot)
 //        Each thread adds its part of the box to the accumulator in global memory by 16-byte reductions from its
 //        registers, into the fragment order (BwdTraits::kDqOrder), while the step's last products run;
-//      - dK (times the scale) and dV are stored from registers at the end of the tile;
+//      - dK (times the scale) and dV leave at the end of the tile: up to D = 128 by TMA stores from a staging
+//        buffer, wide by stores from registers;
 //   3. sm80::launch_bwd_dq_convert: dQ = the accumulator times the scale, in the input dtype.
 // The deterministic mode (kOrderedDq) is the same three kernels with dQ's additions in a fixed order: for each
 // (batch, query head, block of kBlockM rows) the key blocks that see it add their boxes in key block order, one
@@ -179,18 +180,32 @@ struct BwdTraits {
       cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, DqCols, DqKeys>,
                                  kScoresT ? cute::GMMA::Major::MN : cute::GMMA::Major::K, cute::GMMA::Major::MN>()));
 
-  // q, k, v or dO as (seqlen, head dim, heads, batch) over its strides (the call's head dim: TMA zero-fills the
-  // columns up to kHeadDim).
-  static auto rows_tensor(const void* ptr, int seqlen, int head_dim, int heads, int batch, const int64_t* stride) {
+  // q, k, v or dO (const void: the loads), or dk or dv (void: the stores) as (seqlen, head dim, heads, batch) over
+  // its strides (the call's head dim: TMA zero-fills the columns up to kHeadDim, and clips them from the stores).
+  template <class Void>
+  static auto rows_tensor(Void* ptr, int seqlen, int head_dim, int heads, int batch, const int64_t* stride) {
     using namespace cute;
-    return make_tensor(make_gmem_ptr(static_cast<const T*>(ptr)),
+    using Pointee = std::conditional_t<std::is_const_v<Void>, const T, T>;
+    return make_tensor(make_gmem_ptr(static_cast<Pointee*>(ptr)),
                        make_layout(make_shape(seqlen, head_dim, heads, batch),
                                    make_stride(stride[1], _1{}, stride[2], stride[0])));
   }
   using TmaRows = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{},
-                                               rows_tensor(nullptr, 1, 1, 1, 1, nullptr), SmemLayoutQ{}));
+                                               rows_tensor<const void>(nullptr, 1, 1, 1, 1, nullptr), SmemLayoutQ{}));
   using TmaKeys = decltype(cute::make_tma_copy(cute::SM90_TMA_LOAD{},
-                                               rows_tensor(nullptr, 1, 1, 1, 1, nullptr), SmemLayoutK{}));
+                                               rows_tensor<const void>(nullptr, 1, 1, 1, 1, nullptr), SmemLayoutK{}));
+  // Transposed (kScoresT), dK and dV leave by TMA stores from a staging buffer: each consumer writes its 64 keys
+  // of dK there by stmatrix and stores them, then (once the TMA has read them) dV. Four-byte stores straight from
+  // the accumulators write 8 rows an instruction, 16 bytes each, and at S = 512 held a quarter of the main
+  // kernel's stall samples (docs/perf-log.md, sm90 backward v42, v43). Wide, both tensors of both consumers would
+  // not fit beside the rest at D = 256, and their accumulators are transposed (dims, keys): they keep the stores.
+  using SmemLayoutKvOut = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<HalfN, D>{}));  // (keys, dim)
+  // The buffer holds both consumers' halves, or at D = 128 one, which they take in turn (195 KB in all): with both
+  // halves D = 128 measured 3-7% slower at S >= 4k, where the stores are rare, and taking turns about 1%. Not the
+  // shared memory's size: main's code with the same 211 KB lost nothing (docs/perf-log.md, sm90 backward v43).
+  static constexpr int kOutHalves = kHeadDim == 128 ? 1 : kConsumers;
+  using TmaKvOut = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{},
+                                                rows_tensor<void>(nullptr, 1, 1, 1, 1, nullptr), SmemLayoutKvOut{}));
 
   struct SharedStorage {
     alignas(1024) T k[cute::cosize_v<SmemLayoutK>];
@@ -199,6 +214,7 @@ struct BwdTraits {
     alignas(1024) T dout[cute::cosize_v<SmemLayoutQStages>];
     alignas(1024) T p[kScoresT ? 8 : cute::cosize_v<SmemLayoutP>];  // transposed: unused (P stays in registers)
     alignas(1024) T ds[cute::cosize_v<SmemLayoutDs>];
+    alignas(1024) T kv_out[kScoresT ? kOutHalves * cute::cosize_v<SmemLayoutKvOut> : 8];  // wide: unused
     alignas(16) float lse2[kStages][kBlockM];  // log2 units (bwd_prep_kernel)
     alignas(16) float delta[kStages][kBlockM];
     uint64_t kv_full, kv_empty, full[kStages], empty[kStages];
@@ -206,8 +222,8 @@ struct BwdTraits {
     int tile[2];
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
-  // D = 64 takes 165 KB (three stages of 128-row Q and dO, 128 x 128 dS), D = 96 139 KB, D = 128 179 KB,
-  // D = 192 162 KB, D = 256 210 KB.
+  // D = 64 takes 181 KB (three stages of 128-row Q and dO, 128 x 128 dS, the 16 KB staging buffer), D = 96
+  // 163 KB, D = 128 195 KB, D = 192 162 KB, D = 256 210 KB.
   static_assert(kSmemBytes <= 227 * 1024, "an sm90 block has at most 227 KB of shared memory");
   static constexpr uint32_t kKvBytes = 2 * kBlockN * kHeadDim * sizeof(T);
   static constexpr uint32_t kStepBytes = 2 * kBlockM * kHeadDim * sizeof(T) + 2 * kBlockM * sizeof(float);
@@ -215,6 +231,7 @@ struct BwdTraits {
   struct Params {
     TmaRows tma_q, tma_do;
     TmaKeys tma_k, tma_v;
+    TmaKvOut tma_dk, tma_dv;  // transposed only (see TmaKvOut)
     BwdKernelParams p;
   };
 };
@@ -301,7 +318,8 @@ __device__ __forceinline__ float2 ld_shared_pair(const float* p) {
 // dS (dQ split by columns or by rows; at D = 256 dK and dV too, and P), kDsBarrier when both consumers' dS (and P)
 // are in shared memory, and kStepBarrier + w when consumer w may overwrite its dS (and, wide, P; it waits there;
 // the other consumer arrives once its products of the step before have read them).
-constexpr int kDsBarrier = 3, kStepBarrier = 4;
+// kTurnBarrier + w: consumer w's stores have read the shared staging buffer (BwdTraits::kOutHalves == 1).
+constexpr int kDsBarrier = 3, kStepBarrier = 4, kTurnBarrier = 6;
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
 }
@@ -461,6 +479,10 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
     prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
+    if constexpr (Traits::kScoresT) {
+      prefetch_tma_descriptor(prm.tma_dk.get_tma_descriptor());
+      prefetch_tma_descriptor(prm.tma_dv.get_tma_descriptor());
+    }
     FullBarrier::init(&smem.kv_full, 1);
     EmptyBarrier::init(&smem.kv_empty, Traits::kConsumers * 128);
     for (int slot = 0; slot < 2; ++slot) {
@@ -651,8 +673,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
 
   // The tiles. `step` counts the CTA's steps over all of them (the ring of Q and dO stages runs on across
   // tiles); `i` is the step within the tile.
-  int step = 0;
-  for (int k = 0;; ++k) {
+  int step = 0, k = 0;
+  for (;; ++k) {
     const int tile = read_tile(k);
     if (tile >= tiles) break;
     const BwdTile t = BwdTile::at<kBlockM, kBlockN, kRotateRows>(tile, p);
@@ -921,13 +943,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     EmptyBarrier::arrive(&smem.kv_empty);  // every product of this consumer that read K and V is done (kv_done)
     if constexpr (kOrderedDq) release_turn();  // the tile's last step's turn
 
-    // dK (times the softmax scale, which dS left out) and dV rows of this consumer's keys: two columns per store,
-    // wide too, where an accumulator's neighbours are two keys of one column, after a shuffle (by head-dim rows:
-    // this consumer's half of the columns, of all the CTA's keys).
-    CudaT* dk_head = static_cast<CudaT*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
-    CudaT* dv_head = static_cast<CudaT*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[2];
-    auto tKcK = thr_kv.partition_C(make_identity_tensor(typename Traits::DkvShape{}));
+    // dK (times the softmax scale, which dS left out) and dV of this consumer's keys (by head-dim rows: its half of
+    // the columns, of all the CTA's keys).
     if constexpr (kWide) {
+      // Two columns per store, where an accumulator's neighbours are two keys of one column, after a shuffle.
+      CudaT* dk_head = static_cast<CudaT*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
+      CudaT* dv_head = static_cast<CudaT*>(p.dv) + b * p.dv_stride[0] + hk * p.dv_stride[2];
+      auto tKcK = thr_kv.partition_C(make_identity_tensor(typename Traits::DkvShape{}));
       // Elements e and e + 1 are one dim's two neighbouring keys, and the lane 4 apart (the accumulator's row r ^ 1:
       // lane = 4 r + t) holds the neighbouring dim's. One shuffle per pair swaps them, so that each thread holds
       // two neighbouring dims of one key and stores them together: the even row's lane key 2t, the odd row's lane
@@ -947,35 +969,57 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         store_pair(dk_head, p.dk_stride[1], tKrdK(e), tKrdK(e + 1), p.scale, e);
         store_pair(dv_head, p.dv_stride[1], tVrdV(e), tVrdV(e + 1), 1.0f, e);
       }
-    } else if (key_w0 + kBlockN / 2 <= f.seqlen_k && f.head_dim == Traits::kHeadDim) {
-      // Every key of this consumer real, every column: each store at a constant offset from one of two row
-      // pointers a tensor (the thread's keys r and r + 8), so that no address is computed between the stores. An
-      // STG's address registers cannot be rewritten until the store has read them, and with an address computed
-      // per store each waited for the one before it: 26% of the main kernel's stall samples at D = 128 S = 512,
-      // though removing it bought only 1-3% there (docs/perf-log.md, sm90 backward v42). Element e of the
-      // accumulator is key r + 8 ((e / 2) % 2), columns c + 8 (e / 4) and the next (sm90_bwd_layout_test).
-      const int key = key_w0 + get<0>(tKcK(0)), col = get<1>(tKcK(0));
-      CudaT* const dk_rows[2] = {dk_head + key * p.dk_stride[1] + col, dk_head + (key + 8) * p.dk_stride[1] + col};
-      CudaT* const dv_rows[2] = {dv_head + key * p.dv_stride[1] + col, dv_head + (key + 8) * p.dv_stride[1] + col};
-      CUTE_UNROLL
-      for (int e = 0; e < size(tKrdK); e += 2) {
-        const int half = (e / 2) % 2, offset = 8 * (e / 4);
-        *reinterpret_cast<uint32_t*>(dk_rows[half] + offset) =
-            sm80::pack2<CudaT>(tKrdK(e) * p.scale, tKrdK(e + 1) * p.scale);
-        *reinterpret_cast<uint32_t*>(dv_rows[half] + offset) = sm80::pack2<CudaT>(tVrdV(e), tVrdV(e + 1));
+    } else {
+      // Transposed: through this consumer's half of the staging buffer (TmaKvOut), dK then dV. The TMA clips keys
+      // past seqlen_k and columns past head_dim. The buffer is free once the previous tile's dV store has read it,
+      // and dK's store must have read it before dV goes in; the storing thread waits, the barrier holds the others.
+      constexpr bool kTakeTurns = Traits::kOutHalves == 1;
+      auto sOut = make_tensor(
+          make_smem_ptr(smem.kv_out + (kTakeTurns ? 0 : w) * cosize_v<typename Traits::SmemLayoutKvOut>),
+          typename Traits::SmemLayoutKvOut{});
+      auto stsm_kv = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, T>{}, mma_kv);
+      auto thr_stsm_kv = stsm_kv.get_thread_slice(tid);
+      auto tOsOut = thr_stsm_kv.partition_D(sOut);
+      const auto kv_shape = make_shape(f.seqlen_k, f.head_dim, p.heads_kv, f.batch);
+      auto store = [&](auto& acc, float scale, const auto& tma) {
+        if (tid == 0) tma_store_wait<0>();
+        named_sync(1 + w, 128);
+        auto r = make_tensor_like<T>(acc);
+        CUTE_UNROLL
+        for (int e = 0; e < size(acc); ++e) r(e) = T(acc(e) * scale);
+        copy(stsm_kv, thr_stsm_kv.retile_S(r), tOsOut);
+        cutlass::arch::fence_view_async_shared();  // the generic-proxy writes above, visible to the TMA unit
+        named_sync(1 + w, 128);
+        if (tid == 0) {
+          auto g = local_tile(tma.get_tma_tensor(kv_shape)(_, _, hk, b), Shape<HalfN, D>{},
+                              make_coord(key_w0 / (kBlockN / 2), 0));
+          auto [tg, ts] = tma_partition(tma, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sOut), group_modes<0, 2>(g));
+          copy(tma, ts, tg);
+          tma_store_arrive();
+        }
+      };
+      // Taking turns (one half): consumer 1 after consumer 0's stores have read the buffer, consumer 0 after
+      // consumer 1's of the previous tile. The storing thread's warp arrives for the consumer (160 threads).
+      if constexpr (kTakeTurns) {
+        if (w == 1) named_sync(kTurnBarrier, 128 + 32);
+        else if (k > 0) named_sync(kTurnBarrier + 1, 128 + 32);
       }
-    } else {  // keys past the sequence's end, or a head dim padded up to kHeadDim: each store tested
-      CUTE_UNROLL
-      for (int e = 0; e < size(tKrdK); e += 2) {
-        const int key = key_w0 + get<0>(tKcK(e)), col = get<1>(tKcK(e));
-        if (key < f.seqlen_k && col < f.head_dim) {
-          *reinterpret_cast<uint32_t*>(dk_head + key * p.dk_stride[1] + col) =
-              sm80::pack2<CudaT>(tKrdK(e) * p.scale, tKrdK(e + 1) * p.scale);
-          *reinterpret_cast<uint32_t*>(dv_head + key * p.dv_stride[1] + col) =
-              sm80::pack2<CudaT>(tVrdV(e), tVrdV(e + 1));
+      store(tKrdK, p.scale, prm.tma_dk);
+      store(tVrdV, 1.0f, prm.tma_dv);
+      if constexpr (kTakeTurns) {
+        if (tid < 32) {
+          if (tid == 0) tma_store_wait<0>();
+          __syncwarp();
+          asm volatile("bar.arrive %0, %1;\n" ::"r"(kTurnBarrier + w), "r"(128 + 32));
         }
       }
     }
+  }
+  // The last tile's dV store must have read the staging buffer before the CTA's shared memory goes (taking turns,
+  // consumer 0 waits for consumer 1's, so that every arrival has its wait).
+  if constexpr (kScoresT) {
+    if (tid == 0) tma_store_wait<0>();
+    if (Traits::kOutHalves == 1 && w == 0 && k > 0) named_sync(kTurnBarrier + 1, 128 + 32);
   }
 #endif
 }

@@ -82,11 +82,23 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
     return cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                                Traits::rows_tensor(ptr, seqlen, f.head_dim, heads, f.batch, safe_stride), layout);
   };
+  // A TMA store of dk or dv likewise, from a consumer's staging buffer (64 keys).
+  auto tma_store = [&](void* ptr, const int64_t(&stride)[3]) {
+    int64_t safe_stride[3];
+    tma_safe_strides(stride, f.batch, f.seqlen_k, p.heads_kv, safe_stride);
+    return cute::make_tma_copy(
+        cute::SM90_TMA_STORE{},
+        Traits::rows_tensor(ptr, f.seqlen_k, f.head_dim, p.heads_kv, f.batch, safe_stride),
+        typename Traits::SmemLayoutKvOut{});
+  };
   const typename Traits::Params prm{
       tma_load(f.q, f.seqlen_q, f.heads_q, f.q_stride, typename Traits::SmemLayoutQ{}),
       tma_load(p.dout, f.seqlen_q, f.heads_q, p.dout_stride, typename Traits::SmemLayoutQ{}),
       tma_load(f.k, f.seqlen_k, p.heads_kv, f.k_stride, typename Traits::SmemLayoutK{}),
-      tma_load(f.v, f.seqlen_k, p.heads_kv, f.v_stride, typename Traits::SmemLayoutK{}), p};
+      tma_load(f.v, f.seqlen_k, p.heads_kv, f.v_stride, typename Traits::SmemLayoutK{}),
+      tma_store(p.dk, p.dk_stride),
+      tma_store(p.dv, p.dv_stride),
+      p};
   const bool softcap = f.softcap > 0;
   auto kernel = ordered_dq ? (softcap ? bwd_kernel<Traits, true, true> : bwd_kernel<Traits, false, true>)
                            : (softcap ? bwd_kernel<Traits, true, false> : bwd_kernel<Traits, false, false>);
