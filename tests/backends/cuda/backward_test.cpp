@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/reversal_error.hpp"
 #include "support/scoped_env.hpp"
 #include "verify/device_mirror.hpp"
 #include "verify/verify.hpp"
@@ -477,8 +478,6 @@ TEST_F(CudaBackwardSm90, CallerWorkspaceOfTheReportedSize) {
   expect_caller_workspace_works(Backend::kCudaSm90, 128, 19600);
 }
 
-// What auto runs, whatever the GPU: on a Hopper GPU with the sm90 kernels, both sm90 families, and with
-// FLASHTILE_CUDA_BACKWARD_KERNELS=sm80 the sm90 forward's out and LSE into the sm80 backward.
 // SPEC.md allows any stride: dK written with its keys back to front (a negative row stride) is dK reversed. Up to
 // D = 128 the sm90 backward stores dK and dV by TMA, whose descriptors cannot hold such a stride: cuda-sm90 refuses
 // the call and names the reason, and auto then takes the sm80 kernels.
@@ -511,18 +510,12 @@ TEST_F(CudaBackwardSm90, NegativeGradientStrides) {
   ASSERT_TRUE(s.ok()) << s.message;
   ASSERT_TRUE(mirror.copy_back(&error)) << error;
   const std::vector<double> reversed = c.dk.to_doubles();
-  const int64_t row = p.heads_kv * p.head_dim;  // BSHD: one key row of every K/V head
-  double worst = 0, scale = 0;
-  for (int64_t batch = 0; batch < p.batch; ++batch)
-    for (int64_t j = 0; j < Sk; ++j)
-      for (int64_t e = 0; e < row; ++e) {
-        const double x = reversed[(batch * Sk + j) * row + e], y = ahead[(batch * Sk + Sk - 1 - j) * row + e];
-        worst = std::max(worst, std::fabs(x - y));
-        scale = std::max(scale, std::fabs(y));
-      }
-  EXPECT_LE(worst, 0.02 * scale) << "dK written backwards is not dK reversed";
+  const test::ReversalError e = test::reversal_error(reversed, ahead, p.batch, Sk, p.heads_kv * p.head_dim);
+  EXPECT_LE(e.worst, 0.02 * e.scale) << "dK written backwards is not dK reversed";
 }
 
+// What auto runs, whatever the GPU: on a Hopper GPU with the sm90 kernels, both sm90 families, and with
+// FLASHTILE_CUDA_BACKWARD_KERNELS=sm80 the sm90 forward's out and LSE into the sm80 backward.
 TEST_F(CudaBackward, AutoAcrossFamilies) {
   uint64_t seed = 15500;
   for (bool sm80_backward : {false, true}) {

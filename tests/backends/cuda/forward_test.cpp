@@ -6,7 +6,6 @@
 // Large shapes: sampled rows against the oracle (the whole tensor is still checked for unwritten elements).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/reversal_error.hpp"
 #include "support/scoped_env.hpp"
 #include "verify/device_mirror.hpp"
 #include "verify/verify.hpp"
@@ -310,16 +310,8 @@ TEST_P(CudaForward, NegativeStrides) {
   ASSERT_TRUE(s.ok()) << s.message;
   ASSERT_TRUE(mirror.copy_back(&error)) << error;
   const std::vector<double> reversed = c.out.to_doubles();
-  const int64_t row = p.heads_q * p.head_dim;  // BSHD: one query row of every head
-  double worst = 0, scale = 0;
-  for (int64_t b = 0; b < p.batch; ++b)
-    for (int64_t i = 0; i < S; ++i)
-      for (int64_t e = 0; e < row; ++e) {
-        const double x = reversed[(b * S + i) * row + e], y = ahead[(b * S + S - 1 - i) * row + e];
-        worst = std::max(worst, std::fabs(x - y));
-        scale = std::max(scale, std::fabs(y));
-      }
-  EXPECT_LE(worst, 0.01 * scale) << "out with q read backwards is not out reversed";
+  const test::ReversalError e = test::reversal_error(reversed, ahead, p.batch, S, p.heads_q * p.head_dim);
+  EXPECT_LE(e.worst, 0.01 * e.scale) << "out with q read backwards is not out reversed";
 }
 
 // FLASHTILE_CUDA_FORWARD chooses auto's kernel family: sm80 on every GPU, sm90 on a Hopper GPU with the sm90

@@ -204,6 +204,7 @@ struct BwdTraits {
   // halves D = 128 measured 3-7% slower at S >= 4k, where the stores are rare, and taking turns about 1%. Not the
   // shared memory's size: main's code with the same 211 KB lost nothing (docs/perf-log.md, sm90 backward v43).
   static constexpr int kOutHalves = kHeadDim == 128 ? 1 : kConsumers;
+  static constexpr bool kTakeTurns = kScoresT && kOutHalves == 1;
   using TmaKvOut = decltype(cute::make_tma_copy(cute::SM90_TMA_STORE{},
                                                 rows_tensor<void>(nullptr, 1, 1, 1, 1, nullptr), SmemLayoutKvOut{}));
 
@@ -318,7 +319,7 @@ __device__ __forceinline__ float2 ld_shared_pair(const float* p) {
 // dS (dQ split by columns or by rows; at D = 256 dK and dV too, and P), kDsBarrier when both consumers' dS (and P)
 // are in shared memory, and kStepBarrier + w when consumer w may overwrite its dS (and, wide, P; it waits there;
 // the other consumer arrives once its products of the step before have read them).
-// kTurnBarrier + w: consumer w's stores have read the shared staging buffer (BwdTraits::kOutHalves == 1).
+// kTurnBarrier + w: consumer w's stores have read the shared staging buffer (BwdTraits::kTakeTurns).
 constexpr int kDsBarrier = 3, kStepBarrier = 4, kTurnBarrier = 6;
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
@@ -973,9 +974,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       // Transposed: through this consumer's half of the staging buffer (TmaKvOut), dK then dV. The TMA clips keys
       // past seqlen_k and columns past head_dim. The buffer is free once the previous tile's dV store has read it,
       // and dK's store must have read it before dV goes in; the storing thread waits, the barrier holds the others.
-      constexpr bool kTakeTurns = Traits::kOutHalves == 1;
       auto sOut = make_tensor(
-          make_smem_ptr(smem.kv_out + (kTakeTurns ? 0 : w) * cosize_v<typename Traits::SmemLayoutKvOut>),
+          make_smem_ptr(smem.kv_out + (Traits::kTakeTurns ? 0 : w) * cosize_v<typename Traits::SmemLayoutKvOut>),
           typename Traits::SmemLayoutKvOut{});
       auto stsm_kv = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, T>{}, mma_kv);
       auto thr_stsm_kv = stsm_kv.get_thread_slice(tid);
@@ -1000,13 +1000,13 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       };
       // Taking turns (one half): consumer 1 after consumer 0's stores have read the buffer, consumer 0 after
       // consumer 1's of the previous tile. The storing thread's warp arrives for the consumer (160 threads).
-      if constexpr (kTakeTurns) {
+      if constexpr (Traits::kTakeTurns) {
         if (w == 1) named_sync(kTurnBarrier, 128 + 32);
         else if (k > 0) named_sync(kTurnBarrier + 1, 128 + 32);
       }
       store(tKrdK, p.scale, prm.tma_dk);
       store(tVrdV, 1.0f, prm.tma_dv);
-      if constexpr (kTakeTurns) {
+      if constexpr (Traits::kTakeTurns) {
         if (tid < 32) {
           if (tid == 0) tma_store_wait<0>();
           __syncwarp();
@@ -1019,7 +1019,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   // consumer 0 waits for consumer 1's, so that every arrival has its wait).
   if constexpr (kScoresT) {
     if (tid == 0) tma_store_wait<0>();
-    if (Traits::kOutHalves == 1 && w == 0 && k > 0) named_sync(kTurnBarrier + 1, 128 + 32);
+    if (Traits::kTakeTurns && w == 0 && k > 0) named_sync(kTurnBarrier + 1, 128 + 32);
   }
 #endif
 }

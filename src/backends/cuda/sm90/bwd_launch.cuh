@@ -75,29 +75,28 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   bwd_prep_kernel<T, kHeadDim><<<Rows::blocks(padded_rows), sm80::kRowThreads, 0, stream>>>(p, dq_accum_floats, turns);
   if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
 
-  // A TMA load of q, k, v or dO as (seqlen, head dim, heads, batch) in tiles of `layout`.
-  auto tma_load = [&](const void* ptr, int seqlen, int heads, const int64_t(&stride)[3], auto layout) {
+  // A TMA copy (op: a load of q, k, v or dO; a store of dk or dv) of a (seqlen, head dim, heads, batch) tensor in
+  // tiles of `layout`.
+  auto tma = [&](auto op, auto* ptr, int seqlen, int heads, const int64_t(&stride)[3], auto layout) {
     int64_t safe_stride[3];
     tma_safe_strides(stride, f.batch, seqlen, heads, safe_stride);
-    return cute::make_tma_copy(cute::SM90_TMA_LOAD{},
-                               Traits::rows_tensor(ptr, seqlen, f.head_dim, heads, f.batch, safe_stride), layout);
+    return cute::make_tma_copy(op, Traits::rows_tensor(ptr, seqlen, f.head_dim, heads, f.batch, safe_stride), layout);
   };
-  // A TMA store of dk or dv likewise, from a consumer's staging buffer (64 keys).
-  auto tma_store = [&](void* ptr, const int64_t(&stride)[3]) {
-    int64_t safe_stride[3];
-    tma_safe_strides(stride, f.batch, f.seqlen_k, p.heads_kv, safe_stride);
-    return cute::make_tma_copy(
-        cute::SM90_TMA_STORE{},
-        Traits::rows_tensor(ptr, f.seqlen_k, f.head_dim, p.heads_kv, f.batch, safe_stride),
-        typename Traits::SmemLayoutKvOut{});
+  using Load = cute::SM90_TMA_LOAD;
+  // dk and dv leave by TMA from a consumer's staging buffer (64 keys) up to D = 128 only (bwd_kernel.cuh: TmaKvOut);
+  // wide, their descriptors are never read, so none is built.
+  auto tma_out = [&](void* ptr, const int64_t(&stride)[3]) {
+    return Traits::kScoresT ? tma(cute::SM90_TMA_STORE{}, ptr, f.seqlen_k, p.heads_kv, stride,
+                                  typename Traits::SmemLayoutKvOut{})
+                            : typename Traits::TmaKvOut{};
   };
   const typename Traits::Params prm{
-      tma_load(f.q, f.seqlen_q, f.heads_q, f.q_stride, typename Traits::SmemLayoutQ{}),
-      tma_load(p.dout, f.seqlen_q, f.heads_q, p.dout_stride, typename Traits::SmemLayoutQ{}),
-      tma_load(f.k, f.seqlen_k, p.heads_kv, f.k_stride, typename Traits::SmemLayoutK{}),
-      tma_load(f.v, f.seqlen_k, p.heads_kv, f.v_stride, typename Traits::SmemLayoutK{}),
-      tma_store(p.dk, p.dk_stride),
-      tma_store(p.dv, p.dv_stride),
+      tma(Load{}, f.q, f.seqlen_q, f.heads_q, f.q_stride, typename Traits::SmemLayoutQ{}),
+      tma(Load{}, p.dout, f.seqlen_q, f.heads_q, p.dout_stride, typename Traits::SmemLayoutQ{}),
+      tma(Load{}, f.k, f.seqlen_k, p.heads_kv, f.k_stride, typename Traits::SmemLayoutK{}),
+      tma(Load{}, f.v, f.seqlen_k, p.heads_kv, f.v_stride, typename Traits::SmemLayoutK{}),
+      tma_out(p.dk, p.dk_stride),
+      tma_out(p.dv, p.dv_stride),
       p};
   const bool softcap = f.softcap > 0;
   auto kernel = ordered_dq ? (softcap ? bwd_kernel<Traits, true, true> : bwd_kernel<Traits, false, true>)
