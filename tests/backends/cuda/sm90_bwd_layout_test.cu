@@ -10,7 +10,8 @@
 // And for every head dim, whose dQ is added from registers in the fragment order (sm80/dq_accum.hpp): the four
 // accumulator elements 4j .. 4j + 3 of every thread are rows g and g + 8 of its warp's 16-row band, columns 2t
 // and 2t + 1 of 8-column block j (lane 4g + t), the order of one fragment. And the deterministic mode's order of
-// dQ's additions (check_turn_order) and the steps' order (check_step_order).
+// dQ's additions (check_turn_order) and the steps' order (check_step_order); at D = 256, where dK and dV are staged
+// in the last step's Q and dO buffers (check_kv_out_in_stage).
 // Host code only: built with nvcc by .ci/run and run there, no GPU needed. Exit status 1 on the first mismatch.
 #include <cstdio>
 #include <vector>
@@ -98,6 +99,33 @@ bool check_dq_fragments() {
       }
   }
   std::printf("D = %d: dQ fragments ok\n", kHeadDim);
+  return true;
+}
+
+// At D = 256 (BwdTraits::kKvOutFromStage) consumer w stages its dK^T (dV^T) as a (64 keys, 128 dims) box in its half
+// of the columns of the last step's Q (dO) buffer, at w times the box's size from stage s's start, and the TMA
+// store reads it there in the box's own layout (SmemLayoutKvOut): every element of that half must sit where the
+// box's layout puts it, in every stage.
+template <int kHeadDim>
+bool check_kv_out_in_stage() {
+  using Traits = flashtile::cuda::sm90::BwdTraits<cutlass::bfloat16_t, kHeadDim>;
+  static_assert(Traits::kKvOutFromStage, "the head dims whose dK and dV are staged in the Q and dO buffers");
+  const typename Traits::SmemLayoutQStages stages{};
+  const typename Traits::SmemLayoutKvOut box{};
+  const int box_size = cosize(box), stage_size = cosize(typename Traits::SmemLayoutQ{});
+  for (int s = 0; s < Traits::kStages; ++s)
+    for (int w = 0; w < Traits::kConsumers; ++w)
+      for (int key = 0; key < size<0>(box); ++key)
+        for (int dim = 0; dim < size<1>(box); ++dim) {
+          const int in_stage = stages(key, w * size<1>(box) + dim, s);
+          const int in_box = s * stage_size + w * box_size + box(key, dim);
+          if (in_stage != in_box) {
+            std::printf("D = %d stage %d consumer %d: (key %d, dim %d) of the box is element %d of the stage buffers, "
+                        "the box's layout puts it at %d\n", kHeadDim, s, w, key, dim, in_stage, in_box);
+            return false;
+          }
+        }
+  std::printf("D = %d: dK / dV boxes in the Q and dO stages ok\n", kHeadDim);
   return true;
 }
 
@@ -205,8 +233,8 @@ bool check_step_order() {
 int main() {
   const bool ok = check_head_dim<64>() & check_head_dim<96>() & check_head_dim<128>() & check_dq_fragments<64>() &
                   check_dq_fragments<96>() & check_dq_fragments<128>() & check_dq_fragments<192>() &
-                  check_dq_fragments<256>() & check_turn_order<128, 128>() & check_turn_order<64, 128>() &
-                  check_turn_order<64, 64>() & check_step_order<128, 128>() & check_step_order<64, 128>() &
-                  check_step_order<64, 64>();
+                  check_dq_fragments<256>() & check_kv_out_in_stage<256>() & check_turn_order<128, 128>() &
+                  check_turn_order<64, 128>() & check_turn_order<64, 64>() & check_step_order<128, 128>() &
+                  check_step_order<64, 128>() & check_step_order<64, 64>();
   return ok ? 0 : 1;
 }

@@ -20,7 +20,9 @@
 //                                             once at the end)
 //          dK_w += dS^T_w Q                  (dS^T from registers)
 //        Above (wide, 32 keys a consumer: below wgmma's 64 rows) they are not:
-//          S_w = Q K_w^T, dP_w = dO V_w^T   (kBlockM queries x 32 keys; P_w from S_w while dP_w runs)
+//          S_w = Q K_w^T, dP_w = dO V_w^T   (kBlockM queries x 32 keys; P_w from S_w while dP_w runs; at
+//                                             D = 256 split by product instead: consumer 0's S, consumer 1's dP,
+//                                             all 64 keys, dP handed to consumer 0 through shared memory)
 //          P_w, dS_w -> shared memory
 //          dV_w^T += dO^T P_w, dK_w^T += Q^T dS_w  (kHeadDim x 32 keys, transposed shared views; at D = 256
 //                                              split by head-dim rows instead: half w of the dims, all 64 keys)
@@ -40,7 +42,7 @@
 // at the reductions.
 // The development history of this schedule and what each piece bought: docs/perf-log.md (sm90 backward).
 // Registers per consumer thread: dK and dV (kBlockN / 2 x kHeadDim each: kHeadDim / 2 or / 4 floats each), S and
-// dP (kBlockM x kBlockN / 2 / 128 each), dQ (DqCols / 2): 224 at D = 64, 128 and 256, 208 at 96, 176 at 192,
+// dP (kBlockM x kBlockN / 2 / 128 each; at D = 256 one of them, 64 x 64 / 128), dQ (DqCols / 2): 224 at D = 64, 128 and 256, 208 at 96, 176 at 192,
 // within setmaxnreg's 240; transposed, P^T and dS^T in T besides (a quarter of S's each, 16 at D = 96 and 128,
 // 32 at D = 64, where dV is therefore complete before dS^T is made). Above D = 128 (wide) dK and dV are
 // (dim, key) tiles (at D = 256 kHeadDim / 2 x kBlockN a consumer: BwdTraits::kKvByDims).
@@ -107,6 +109,15 @@ struct BwdTraits {
   // shared memory, only dS^T does (dQ's product reads it there), and dV can start as soon as P is
   // made. Wide keeps S_w = Q K_w^T: a consumer's 32 keys are below wgmma's 64 rows.
   static constexpr bool kScoresT = !kWide;
+  // At D = 256 the consumers split the scores by product, not by keys (kSdPByConsumer): consumer 0 computes
+  // S = Q K^T and consumer 1 dP = dO V^T, each over all 64 keys, and consumer 1 hands its dP (fp32) to consumer 0
+  // through shared memory (dp_x), which makes P and dS. Split by keys each consumer's products were 32 keys wide:
+  // a 64x32x16 wgmma with both operands in shared memory reads 3 KB for 32 k multiply-adds, and both consumers
+  // read all of Q and dO; a 64x64x16 one reads 4 KB for 64 k, so the step's S and dP read 128 KB instead of
+  // 192 KB (at 128 bytes a clock: ~1000 clocks instead of ~1500, against ~1000 of tensor work). D = 192 keeps
+  // the split by keys (not in grid A; not tried there).
+  static constexpr bool kSdPByConsumer = kKvByDims;
+  static constexpr int kScoreKeys = kSdPByConsumer ? kBlockN : kBlockN / 2;  // the keys of a consumer's scores
   // The dQ accumulator's order (sm80/dq_accum.hpp): each thread adds its accumulator registers by 16-byte
   // reductions into the fragment order (a warp's 16-row band, each thread's four floats of an 8-column block
   // contiguous, so the wgmma accumulator's registers go as they are; FlashAttention-3's choice at D = 256). Wide,
@@ -128,17 +139,18 @@ struct BwdTraits {
   using N = cute::Int<kBlockN>;
   using D = cute::Int<kHeadDim>;
   using HalfN = cute::Int<kBlockN / 2>;    // a consumer's keys
+  using ScoreKeys = cute::Int<kScoreKeys>;
   // A consumer's dQ box: 64 rows, DqCols columns, summed over DqKeys keys.
   using DqCols = cute::Int<kDqSplit == DqSplit::kByColumns ? kHeadDim / 2 : kHeadDim>;
   using DqKeys = cute::Int<kDqSplit == DqSplit::kByKeys ? kBlockN / 2 : kBlockN>;
   // Rows of the head dim swizzled by 128 bytes (64 columns), or by 64 (32 columns) at D = 96 and 192, where a
   // consumer's half of K's transposed view (48 or 96 columns) must start on a swizzle atom; P and dS's rows by the
-  // width of a consumer's keys (64 or 32), for the same reason.
+  // width of a consumer's scores (64 or 32), for the same reason.
   using RowAtom = std::conditional_t<kHeadDim % 64 == 0 && kHeadDim != 192, cute::GMMA::Layout_K_SW128_Atom<T>,
                                      cute::GMMA::Layout_K_SW64_Atom<T>>;
-  using PAtom = std::conditional_t<kBlockN / 2 == 64, cute::GMMA::Layout_K_SW128_Atom<T>,
+  using PAtom = std::conditional_t<kScoreKeys == 64, cute::GMMA::Layout_K_SW128_Atom<T>,
                                    cute::GMMA::Layout_K_SW64_Atom<T>>;
-  using ScoresShape = std::conditional_t<kScoresT, cute::Shape<HalfN, M>, cute::Shape<M, HalfN>>;  // S_w or S^T_w
+  using ScoresShape = std::conditional_t<kScoresT, cute::Shape<HalfN, M>, cute::Shape<M, ScoreKeys>>;  // S_w or S^T_w
   using SmemLayoutQ = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<M, D>{}));  // Q, dO: (queries, dim)
   using SmemLayoutQStages = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<M, D, cute::Int<kStages>>{}));
   using SmemLayoutK = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<N, D>{}));  // K, V: (keys, dim)
@@ -161,8 +173,9 @@ struct BwdTraits {
                                  cute::make_ordered_layout(cute::Shape<M, N>{}, cute::Step<cute::_2, cute::_1>{}))),
       SmemLayoutP>;
 
-  // One consumer's products. S_w, dP_w: (64 queries, 32 keys) a wgmma; transposed, (64 keys, kBlockM queries).
-  using SdPCols = std::conditional_t<kScoresT, M, HalfN>;
+  // One consumer's products. S_w, dP_w: (64 queries, 32 keys) a wgmma, (64 queries, 64 keys) by product;
+  // transposed, (64 keys, kBlockM queries).
+  using SdPCols = std::conditional_t<kScoresT, M, ScoreKeys>;
   using MmaSdP =
       decltype(cute::make_tiled_mma(cute::GMMA::ss_op_selector<T, T, float, cute::Shape<cute::_64, SdPCols, D>>()));
   // dV_w += P_w^T dO (64 keys x kHeadDim, P^T from registers), or wide, dV_w^T += dO^T P_w (KvDims x KvKeys:
@@ -197,9 +210,15 @@ struct BwdTraits {
   // Transposed (kScoresT), dK and dV leave by TMA stores from a staging buffer: each consumer writes its 64 keys
   // of dK there by stmatrix and stores them, then (once the TMA has read them) dV. Four-byte stores straight from
   // the accumulators write 8 rows an instruction, 16 bytes each, and at S = 512 held a quarter of the main
-  // kernel's stall samples (docs/perf-log.md, sm90 backward v42, v43). Wide, both tensors of both consumers would
-  // not fit beside the rest at D = 256, and their accumulators are transposed (dims, keys): they keep the stores.
-  using SmemLayoutKvOut = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<HalfN, D>{}));  // (keys, dim)
+  // kernel's stall samples (docs/perf-log.md, sm90 backward v42, v43). By head-dim rows (D = 256) a consumer's
+  // dK^T and dV^T (its 128 dims of the 64 keys) go by stmatrix with transposition into its half of the columns of
+  // the tile's last step's Q and dO buffers (which nothing reads any more: that stage is released after the
+  // stores), and from there by TMA (kKvOutFromStage; a buffer of their own would not fit at D = 256). D = 192 keeps
+  // the stores from registers.
+  static constexpr bool kKvOutFromStage = kKvByDims;
+  using SmemLayoutKvOut = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<KvKeys, KvDims>{}));  // (keys, dim)
+  using SmemLayoutKvOutT = decltype(cute::composition(  // (dim, keys): the accumulator's view, MN-major
+      SmemLayoutKvOut{}, cute::make_ordered_layout(cute::Shape<KvDims, KvKeys>{}, cute::Step<cute::_2, cute::_1>{})));
   // The buffer holds both consumers' halves, or at D = 128 one, which they take in turn (195 KB in all): with both
   // halves D = 128 measured 3-7% slower at S >= 4k, where the stores are rare, and taking turns about 1%. Not the
   // shared memory's size: main's code with the same 211 KB lost nothing (docs/perf-log.md, sm90 backward v43).
@@ -216,6 +235,8 @@ struct BwdTraits {
     alignas(1024) T p[kScoresT ? 8 : cute::cosize_v<SmemLayoutP>];  // transposed: unused (P stays in registers)
     alignas(1024) T ds[cute::cosize_v<SmemLayoutDs>];
     alignas(1024) T kv_out[kScoresT ? kOutHalves * cute::cosize_v<SmemLayoutKvOut> : 8];  // wide: unused
+    // By product (kSdPByConsumer): consumer 1's dP for consumer 0, element e of thread t at [e / 4][t][e % 4]
+    alignas(16) float dp_x[kSdPByConsumer ? kBlockM * kBlockN : 4];
     alignas(16) float lse2[kStages][kBlockM];  // log2 units (bwd_prep_kernel)
     alignas(16) float delta[kStages][kBlockM];
     uint64_t kv_full, kv_empty, full[kStages], empty[kStages];
@@ -224,7 +245,7 @@ struct BwdTraits {
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
   // D = 64 takes 181 KB (three stages of 128-row Q and dO, 128 x 128 dS, the 16 KB staging buffer), D = 96
-  // 163 KB, D = 128 195 KB, D = 192 162 KB, D = 256 210 KB.
+  // 163 KB, D = 128 195 KB, D = 192 162 KB, D = 256 226 KB (16 of them dp_x).
   static_assert(kSmemBytes <= 227 * 1024, "an sm90 block has at most 227 KB of shared memory");
   static constexpr uint32_t kKvBytes = 2 * kBlockN * kHeadDim * sizeof(T);
   static constexpr uint32_t kStepBytes = 2 * kBlockM * kHeadDim * sizeof(T) + 2 * kBlockM * sizeof(float);
@@ -232,7 +253,7 @@ struct BwdTraits {
   struct Params {
     TmaRows tma_q, tma_do;
     TmaKeys tma_k, tma_v;
-    TmaKvOut tma_dk, tma_dv;  // transposed only (see TmaKvOut)
+    TmaKvOut tma_dk, tma_dv;  // transposed, or from the last stage (see TmaKvOut)
     BwdKernelParams p;
   };
 };
@@ -320,7 +341,8 @@ __device__ __forceinline__ float2 ld_shared_pair(const float* p) {
 // are in shared memory, and kStepBarrier + w when consumer w may overwrite its dS (and, wide, P; it waits there;
 // the other consumer arrives once its products of the step before have read them).
 // kTurnBarrier + w: consumer w's stores have read the shared staging buffer (BwdTraits::kTakeTurns).
-constexpr int kDsBarrier = 3, kStepBarrier = 4, kTurnBarrier = 6;
+// kDpBarrier: consumer 1's dP is in dp_x (BwdTraits::kSdPByConsumer).
+constexpr int kDsBarrier = 3, kStepBarrier = 4, kTurnBarrier = 6, kDpBarrier = 8;
 __device__ __forceinline__ void named_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads));
 }
@@ -480,7 +502,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
     prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
-    if constexpr (Traits::kScoresT) {
+    if constexpr (Traits::kScoresT || Traits::kKvOutFromStage) {
       prefetch_tma_descriptor(prm.tma_dk.get_tma_descriptor());
       prefetch_tma_descriptor(prm.tma_dv.get_tma_descriptor());
     }
@@ -599,13 +621,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
   // or transposed, (its keys, queries)).
   auto sK_w = local_tile(sK, Shape<HalfN, D>{}, make_coord(w, 0));
   auto sV_w = local_tile(sV, Shape<HalfN, D>{}, make_coord(w, 0));
-  auto sdS_w = local_tile(sdS, ScoresShape{}, make_coord(kScoresT ? w : 0, kScoresT ? 0 : w));
+  // By product (kSdPByConsumer) consumer 0 writes all of P and dS.
+  constexpr bool kSdPByConsumer = Traits::kSdPByConsumer;
+  auto sdS_w = local_tile(sdS, ScoresShape{}, make_coord(kScoresT ? w : 0, kScoresT || kSdPByConsumer ? 0 : w));
   // Wide, P goes to shared memory too, and dV and dK read P and dS through transposed views: the consumer's own
   // keys and every column, or split by head-dim rows, all the keys and the consumer's half of the columns
   // (dims_kv: of a Q or dO transposed view (D, M); transposed scores take every column).
   using KvKeys = typename Traits::KvKeys;
-  auto sP_w = local_tile(make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutP{}), Shape<M, HalfN>{},
-                         make_coord(0, w));
+  auto sP_w = local_tile(make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutP{}),
+                         Shape<M, typename Traits::ScoreKeys>{}, make_coord(0, kSdPByConsumer ? 0 : w));
   auto sPt_kv = local_tile(make_tensor(make_smem_ptr(smem.p), typename Traits::SmemLayoutPt{}), Shape<KvKeys, M>{},
                            make_coord(kKvByDims ? 0 : w, 0));
   auto sdSt_kv = local_tile(make_tensor(make_smem_ptr(smem.ds), typename Traits::SmemLayoutPt{}),
@@ -681,6 +705,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     const BwdTile t = BwdTile::at<kBlockM, kBlockN, kRotateRows>(tile, p);
     const int b = t.b, hk = t.hk, key0 = t.key0, steps = t.steps;
     const int key_w0 = key0 + w * (kBlockN / 2);  // this consumer's first key
+    const int score_key0 = kSdPByConsumer ? key0 : key_w0;  // the first key of this consumer's scores
     clear(tVrdV);
     clear(tKrdK);
     // K and V of this tile. Loaded once both consumers were done with the previous tile's (kv_empty, below): so no
@@ -702,15 +727,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sK_w), thr_sdp.partition_fragment_B(sQ(_, _, s)), tSrS, false);
         issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sV_w), thr_sdp.partition_fragment_B(sdO(_, _, s)), tSrdP,
                   false);
+      } else if constexpr (kSdPByConsumer) {  // consumer 0's S, consumer 1's dP, both into tSrS
+        auto sRows = make_tensor(make_smem_ptr(w == 0 ? smem.q : smem.dout), typename Traits::SmemLayoutQStages{});
+        auto sKeys = make_tensor(make_smem_ptr(w == 0 ? smem.k : smem.v), typename Traits::SmemLayoutK{});
+        issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sRows(_, _, s)), thr_sdp.partition_fragment_B(sKeys), tSrS,
+                  false);
       } else {
         issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sQ(_, _, s)), thr_sdp.partition_fragment_B(sK_w), tSrS, false);
         issue_mma(mma_sdp, thr_sdp.partition_fragment_A(sdO(_, _, s)), thr_sdp.partition_fragment_B(sV_w), tSrdP,
                   false);
       }
       const int last_query = min(row0 + kBlockM, f.seqlen_q) - 1;
-      const bool full_tile = last_query + f.key_offset - f.window_left <= key_w0 &&
-                             row0 + f.key_offset + f.window_right >= key_w0 + kBlockN / 2 - 1 &&
-                             key_w0 + kBlockN / 2 <= f.seqlen_k;
+      constexpr int kScoreKeys = Traits::kScoreKeys;
+      const bool full_tile = last_query + f.key_offset - f.window_left <= score_key0 &&
+                             row0 + f.key_offset + f.window_right >= score_key0 + kScoreKeys - 1 &&
+                             score_key0 + kScoreKeys <= f.seqlen_k;
       auto rP = make_tensor_like<T>(tSrS);
       auto rdS = make_tensor_like<T>(tSrS);
       // Transposed: S^T -> softcap, mask, and (without a softcap) P^T in place while dP^T is still on the tensor
@@ -793,11 +824,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         // per element cost more instructions and, at D = 64, registers).
         VisibleKeys visible[kRowSlots];
         if (kMasked) {
-          const int key_first = key_w0 + get<1>(tScS(0));
+          const int key_first = score_key0 + get<1>(tScS(0));
           CUTE_UNROLL
           for (int slot = 0; slot < kRowSlots; ++slot) visible[slot] = VisibleKeys(f, row0 + slot_row(slot), key_first);
         }
-        warpgroup_wait<1>();
+        warpgroup_wait<kSdPByConsumer ? 0 : 1>();  // S (by product, the only product in flight)
         warpgroup_fence_operand(tSrS);
         CUTE_UNROLL
         for (int e = 0; e < size(tSrS); ++e) {
@@ -806,14 +837,30 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
           if (kMasked) x = visible[row_slot(e)].sees(get<1>(tScS(e)) - get<1>(tScS(0))) ? x : -INFINITY;
           tSrS(e) = kSoftcap ? x : exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)]));
         }
-        warpgroup_wait<0>();
-        warpgroup_fence_operand(tSrdP);
+        if constexpr (kSdPByConsumer) {
+          named_sync(kDpBarrier, 2 * 128);  // consumer 1's dP is in dp_x (pass_dp)
+        } else {
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(tSrdP);
+        }
+        const float4* dp_x = reinterpret_cast<const float4*>(smem.dp_x) + tid;
         CUTE_UNROLL
-        for (int e = 0; e < size(tSrS); ++e) {
-          const float x = tSrS(e);
-          const float prob = kSoftcap ? exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)])) : x;
-          rP(e) = T(prob);
-          rdS(e) = T(sm80::grad_score<kSoftcap, kMasked>(prob, tSrdP(e), delta[row_slot(e)], x, f));
+        for (int e0 = 0; e0 < size(tSrS); e0 += 4) {
+          float dp[4];
+          if constexpr (kSdPByConsumer) {
+            const float4 v = dp_x[e0 / 4 * 128];
+            dp[0] = v.x, dp[1] = v.y, dp[2] = v.z, dp[3] = v.w;
+          } else {
+            CUTE_UNROLL
+            for (int j = 0; j < 4; ++j) dp[j] = tSrdP(e0 + j);
+          }
+          CUTE_UNROLL
+          for (int e = e0; e < e0 + 4; ++e) {
+            const float x = tSrS(e);
+            const float prob = kSoftcap ? exp2_approx(fmaf(x, f.scale_log2, -lse2[row_slot(e)])) : x;
+            rP(e) = T(prob);
+            rdS(e) = T(sm80::grad_score<kSoftcap, kMasked>(prob, dp[e - e0], delta[row_slot(e)], x, f));
+          }
         }
         if (kSharedDs && i > 0) named_sync(kStepBarrier + w, 2 * 128);
         if (!kSharedDs && i > 0) named_sync(1 + w, 128);
@@ -826,7 +873,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         else
           grads(masked);
       };
-      if (full_tile)
+      // By product, consumer 1 hands its dP to consumer 0 instead. dp_x is free: consumer 0 read the previous
+      // step's before that step's kDsBarrier, which this consumer has passed since.
+      auto pass_dp = [&] {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(tSrS);
+        float4* dp_x = reinterpret_cast<float4*>(smem.dp_x) + tid;
+        CUTE_UNROLL
+        for (int e = 0; e < size(tSrS); e += 4)
+          dp_x[e / 4 * 128] = make_float4(tSrS(e), tSrS(e + 1), tSrS(e + 2), tSrS(e + 3));
+        asm volatile("bar.arrive %0, %1;\n" ::"r"(kDpBarrier), "r"(2 * 128));
+      };
+      if (kSdPByConsumer && w == 1)
+        pass_dp();
+      else if (full_tile)
         step_grads(std::false_type{});
       else
         step_grads(std::true_type{});
@@ -858,7 +918,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
         warpgroup_wait<0>();
         warpgroup_fence_operand(tVrdV);
         warpgroup_fence_operand(tKrdK);
-        EmptyBarrier::arrive(&smem.empty[s]);
+        // kKvOutFromStage: the tile's last stage is released after the stores it stages (the tile's end)
+        if (!Traits::kKvOutFromStage || i + 1 < steps) EmptyBarrier::arrive(&smem.empty[s]);
       };
       if constexpr (kDqFirst)
         warpgroup_wait<kScoresT ? 1 : 2>();  // dQ
@@ -868,8 +929,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       // The other consumer may rewrite its dS (and P) once this consumer's products that read them are done: dQ,
       // and by head-dim rows dV and dK too, which with dQ first are waited for after the reductions.
       constexpr bool kArriveAfterKv = kKvByDims && kDqFirst;
-      auto arrive_step = [&] {
-        if (kSharedDs && i + 1 < steps) asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
+      auto arrive_step = [&] {  // by product, consumer 1 only (consumer 0 writes P and dS)
+        if (kSharedDs && i + 1 < steps && !(kSdPByConsumer && w == 0)) asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
       };
       if (!kArriveAfterKv) arrive_step();
 
@@ -940,12 +1001,14 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       t.next_step<kBlockM, kRotateRows>(row0, h);
     }
     // With the step barriers (kSharedDs), each consumer waits at its own in steps 1 .. steps - 1 and the other
-    // arrives there after steps 0 .. steps - 2, so none is left open here.
+    // arrives there after steps 0 .. steps - 2 (by product, consumer 0 waits and consumer 1 arrives), so none is
+    // left open here.
     EmptyBarrier::arrive(&smem.kv_empty);  // every product of this consumer that read K and V is done (kv_done)
     if constexpr (kOrderedDq) release_turn();  // the tile's last step's turn
 
     // dK (times the softmax scale, which dS left out) and dV of this consumer's keys (by head-dim rows: its half of
     // the columns, of all the CTA's keys).
+    const auto kv_shape = make_shape(f.seqlen_k, f.head_dim, p.heads_kv, f.batch);
     if constexpr (kWide) {
       // Two columns per store, where an accumulator's neighbours are two keys of one column, after a shuffle.
       CudaT* dk_head = static_cast<CudaT*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
@@ -965,10 +1028,54 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
               odd_row ? sm80::pack2<CudaT>(theirs * scale, mine_key1 * scale)
                       : sm80::pack2<CudaT>(mine_key0 * scale, theirs * scale);
       };
-      CUTE_UNROLL
-      for (int e = 0; e < size(tKrdK); e += 2) {
-        store_pair(dk_head, p.dk_stride[1], tKrdK(e), tKrdK(e + 1), p.scale, e);
-        store_pair(dv_head, p.dv_stride[1], tVrdV(e), tVrdV(e + 1), 1.0f, e);
+      bool staged = false;
+      if constexpr (Traits::kKvOutFromStage) {
+        if (steps > 0) {
+          // From the last step's Q (dK) and dO (dV) buffers, this consumer's columns: stmatrix transposes each 8 x 8
+          // block (the accumulators are (dim, key)); one thread stores both boxes and waits until they are read; then
+          // the stage is released.
+          const int s_last = (step - 1) % kStages;
+          auto stage_out = [&](auto& acc, float scale, T* buffer) {
+            auto sOutT = make_tensor(make_smem_ptr(buffer + s_last * cosize_v<typename Traits::SmemLayoutQ> +
+                                                   w * cosize_v<typename Traits::SmemLayoutKvOut>),
+                                     typename Traits::SmemLayoutKvOutT{});
+            auto stsm_t = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, T>{}, mma_kv);
+            auto thr_stsm_t = stsm_t.get_thread_slice(tid);
+            auto r = make_tensor_like<T>(acc);
+            CUTE_UNROLL
+            for (int e = 0; e < size(acc); ++e) r(e) = T(acc(e) * scale);
+            copy(stsm_t, thr_stsm_t.retile_S(r), thr_stsm_t.partition_D(sOutT));
+          };
+          stage_out(tKrdK, p.scale, smem.q);
+          stage_out(tVrdV, 1.0f, smem.dout);
+          cutlass::arch::fence_view_async_shared();  // the generic-proxy writes above, visible to the TMA unit
+          named_sync(1 + w, 128);
+          if (tid == 0) {
+            auto store = [&](const auto& tma, T* buffer) {
+              auto sOut = make_tensor(make_smem_ptr(buffer + s_last * cosize_v<typename Traits::SmemLayoutQ> +
+                                                    w * cosize_v<typename Traits::SmemLayoutKvOut>),
+                                      typename Traits::SmemLayoutKvOut{});
+              auto g = local_tile(tma.get_tma_tensor(kv_shape)(_, _, hk, b),
+                                  Shape<typename Traits::KvKeys, typename Traits::KvDims>{}, make_coord(t.n_block, w));
+              auto [tg, ts] = tma_partition(tma, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sOut), group_modes<0, 2>(g));
+              copy(tma, ts, tg);
+            };
+            store(prm.tma_dk, smem.q);
+            store(prm.tma_dv, smem.dout);
+            tma_store_arrive();
+            tma_store_wait<0>();
+          }
+          named_sync(1 + w, 128);
+          EmptyBarrier::arrive(&smem.empty[s_last]);
+          staged = true;
+        }
+      }
+      if (!staged) {  // D = 192, or a tile without steps (no stage to stage in: its dK and dV are zeros)
+        CUTE_UNROLL
+        for (int e = 0; e < size(tKrdK); e += 2) {
+          store_pair(dk_head, p.dk_stride[1], tKrdK(e), tKrdK(e + 1), p.scale, e);
+          store_pair(dv_head, p.dv_stride[1], tVrdV(e), tVrdV(e + 1), 1.0f, e);
+        }
       }
     } else {
       // Transposed: through this consumer's half of the staging buffer (TmaKvOut), dK then dV. The TMA clips keys
@@ -980,7 +1087,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       auto stsm_kv = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, T>{}, mma_kv);
       auto thr_stsm_kv = stsm_kv.get_thread_slice(tid);
       auto tOsOut = thr_stsm_kv.partition_D(sOut);
-      const auto kv_shape = make_shape(f.seqlen_k, f.head_dim, p.heads_kv, f.batch);
       auto store = [&](auto& acc, float scale, const auto& tma) {
         if (tid == 0) tma_store_wait<0>();
         named_sync(1 + w, 128);

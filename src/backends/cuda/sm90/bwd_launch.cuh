@@ -83,12 +83,12 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
     return cute::make_tma_copy(op, Traits::rows_tensor(ptr, seqlen, f.head_dim, heads, f.batch, safe_stride), layout);
   };
   using Load = cute::SM90_TMA_LOAD;
-  // dk and dv leave by TMA from a consumer's staging buffer (64 keys) up to D = 128 only (bwd_kernel.cuh: TmaKvOut);
-  // wide, their descriptors are never read, so none is built.
+  // dk and dv leave by TMA from a consumer's staging box up to D = 128 and at D = 256 (bwd_kernel.cuh: TmaKvOut);
+  // at D = 192 their descriptors are never read, so none is built.
   auto tma_out = [&](void* ptr, const int64_t(&stride)[3]) {
-    return Traits::kScoresT ? tma(cute::SM90_TMA_STORE{}, ptr, f.seqlen_k, p.heads_kv, stride,
-                                  typename Traits::SmemLayoutKvOut{})
-                            : typename Traits::TmaKvOut{};
+    constexpr bool kRead = Traits::kScoresT || Traits::kKvOutFromStage;
+    return kRead ? tma(cute::SM90_TMA_STORE{}, ptr, f.seqlen_k, p.heads_kv, stride, typename Traits::SmemLayoutKvOut{})
+                 : typename Traits::TmaKvOut{};
   };
   const typename Traits::Params prm{
       tma(Load{}, f.q, f.seqlen_q, f.heads_q, f.q_stride, typename Traits::SmemLayoutQ{}),
