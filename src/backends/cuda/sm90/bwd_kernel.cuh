@@ -42,10 +42,11 @@
 // at the reductions.
 // The development history of this schedule and what each piece bought: docs/perf-log.md (sm90 backward).
 // Registers per consumer thread: dK and dV (kBlockN / 2 x kHeadDim each: kHeadDim / 2 or / 4 floats each), S and
-// dP (kBlockM x kBlockN / 2 / 128 each; at D = 256 one of them, 64 x 64 / 128), dQ (DqCols / 2): 224 at D = 64, 128 and 256, 208 at 96, 176 at 192,
-// within setmaxnreg's 240; transposed, P^T and dS^T in T besides (a quarter of S's each, 16 at D = 96 and 128,
-// 32 at D = 64, where dV is therefore complete before dS^T is made). Above D = 128 (wide) dK and dV are
-// (dim, key) tiles (at D = 256 kHeadDim / 2 x kBlockN a consumer: BwdTraits::kKvByDims).
+// dP (kBlockM x kBlockN / 2 / 128 each; at D = 256 one of them, 64 x 64 / 128), dQ (DqCols / 2): 224 at D = 64,
+// 128 and 256, 208 at 96, 176 at 192, within setmaxnreg's 240; transposed, P^T and dS^T in T besides (a quarter
+// of S's each, 16 at D = 96 and 128, 32 at D = 64, where dV is therefore complete before dS^T is made). Above
+// D = 128 (wide) dK and dV are (dim, key) tiles (at D = 256 kHeadDim / 2 x kBlockN a consumer:
+// BwdTraits::kKvByDims).
 #pragma once
 
 #include <cute/tensor.hpp>  // first: the atom headers below expect it
@@ -930,7 +931,8 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       // and by head-dim rows dV and dK too, which with dQ first are waited for after the reductions.
       constexpr bool kArriveAfterKv = kKvByDims && kDqFirst;
       auto arrive_step = [&] {  // by product, consumer 1 only (consumer 0 writes P and dS)
-        if (kSharedDs && i + 1 < steps && !(kSdPByConsumer && w == 0)) asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
+        if (kSharedDs && i + 1 < steps && !(kSdPByConsumer && w == 0))
+          asm volatile("bar.arrive %0, %1;\n" ::"r"(kStepBarrier + 1 - w), "r"(2 * 128));
       };
       if (!kArriveAfterKv) arrive_step();
 
