@@ -1010,7 +1010,20 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
 
     // dK (times the softmax scale, which dS left out) and dV of this consumer's keys (by head-dim rows: its half of
     // the columns, of all the CTA's keys).
+    // Shared by the TMA store paths: an accumulator times the scale, in T, and one box of dk or dv stored by TMA from
+    // its staged copy sOut, at box coordinate `at` of the (batch, K/V head)'s (keys, dim) tensor.
+    auto scaled = [](auto& acc, float scale) {
+      auto r = make_tensor_like<T>(acc);
+      CUTE_UNROLL
+      for (int e = 0; e < size(acc); ++e) r(e) = T(acc(e) * scale);
+      return r;
+    };
     const auto kv_shape = make_shape(f.seqlen_k, f.head_dim, p.heads_kv, f.batch);
+    auto tma_store_box = [&](const auto& tma, const auto& sOut, auto at) {
+      auto g = local_tile(tma.get_tma_tensor(kv_shape)(_, _, hk, b), product_each(shape(sOut)), at);
+      auto [tg, ts] = tma_partition(tma, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sOut), group_modes<0, 2>(g));
+      copy(tma, ts, tg);
+    };
     if constexpr (kWide) {
       // Two columns per store, where an accumulator's neighbours are two keys of one column, after a shuffle.
       CudaT* dk_head = static_cast<CudaT*>(p.dk) + b * p.dk_stride[0] + hk * p.dk_stride[2];
@@ -1037,33 +1050,24 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
           // block (the accumulators are (dim, key)); one thread stores both boxes and waits until they are read; then
           // the stage is released.
           const int s_last = (step - 1) % kStages;
+          auto box = [&](T* buffer) {  // this consumer's (keys, dims) box in the stage's buffer
+            return make_smem_ptr(buffer + s_last * cosize_v<typename Traits::SmemLayoutQ> +
+                                 w * cosize_v<typename Traits::SmemLayoutKvOut>);
+          };
           auto stage_out = [&](auto& acc, float scale, T* buffer) {
-            auto sOutT = make_tensor(make_smem_ptr(buffer + s_last * cosize_v<typename Traits::SmemLayoutQ> +
-                                                   w * cosize_v<typename Traits::SmemLayoutKvOut>),
-                                     typename Traits::SmemLayoutKvOutT{});
+            auto sOutT = make_tensor(box(buffer), typename Traits::SmemLayoutKvOutT{});
             auto stsm_t = make_tiled_copy_C(Copy_Atom<SM90_U16x8_STSM_T, T>{}, mma_kv);
             auto thr_stsm_t = stsm_t.get_thread_slice(tid);
-            auto r = make_tensor_like<T>(acc);
-            CUTE_UNROLL
-            for (int e = 0; e < size(acc); ++e) r(e) = T(acc(e) * scale);
-            copy(stsm_t, thr_stsm_t.retile_S(r), thr_stsm_t.partition_D(sOutT));
+            copy(stsm_t, thr_stsm_t.retile_S(scaled(acc, scale)), thr_stsm_t.partition_D(sOutT));
           };
           stage_out(tKrdK, p.scale, smem.q);
           stage_out(tVrdV, 1.0f, smem.dout);
           cutlass::arch::fence_view_async_shared();  // the generic-proxy writes above, visible to the TMA unit
           named_sync(1 + w, 128);
           if (tid == 0) {
-            auto store = [&](const auto& tma, T* buffer) {
-              auto sOut = make_tensor(make_smem_ptr(buffer + s_last * cosize_v<typename Traits::SmemLayoutQ> +
-                                                    w * cosize_v<typename Traits::SmemLayoutKvOut>),
-                                      typename Traits::SmemLayoutKvOut{});
-              auto g = local_tile(tma.get_tma_tensor(kv_shape)(_, _, hk, b),
-                                  Shape<typename Traits::KvKeys, typename Traits::KvDims>{}, make_coord(t.n_block, w));
-              auto [tg, ts] = tma_partition(tma, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sOut), group_modes<0, 2>(g));
-              copy(tma, ts, tg);
-            };
-            store(prm.tma_dk, smem.q);
-            store(prm.tma_dv, smem.dout);
+            using Box = typename Traits::SmemLayoutKvOut;
+            tma_store_box(prm.tma_dk, make_tensor(box(smem.q), Box{}), make_coord(t.n_block, w));
+            tma_store_box(prm.tma_dv, make_tensor(box(smem.dout), Box{}), make_coord(t.n_block, w));
             tma_store_arrive();
             tma_store_wait<0>();
           }
@@ -1092,17 +1096,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
       auto store = [&](auto& acc, float scale, const auto& tma) {
         if (tid == 0) tma_store_wait<0>();
         named_sync(1 + w, 128);
-        auto r = make_tensor_like<T>(acc);
-        CUTE_UNROLL
-        for (int e = 0; e < size(acc); ++e) r(e) = T(acc(e) * scale);
-        copy(stsm_kv, thr_stsm_kv.retile_S(r), tOsOut);
+        copy(stsm_kv, thr_stsm_kv.retile_S(scaled(acc, scale)), tOsOut);
         cutlass::arch::fence_view_async_shared();  // the generic-proxy writes above, visible to the TMA unit
         named_sync(1 + w, 128);
         if (tid == 0) {
-          auto g = local_tile(tma.get_tma_tensor(kv_shape)(_, _, hk, b), Shape<HalfN, D>{},
-                              make_coord(key_w0 / (kBlockN / 2), 0));
-          auto [tg, ts] = tma_partition(tma, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sOut), group_modes<0, 2>(g));
-          copy(tma, ts, tg);
+          tma_store_box(tma, sOut, make_coord(key_w0 / (kBlockN / 2), 0));
           tma_store_arrive();
         }
       };
