@@ -217,6 +217,7 @@ struct BwdTraits {
   // stores), and from there by TMA (kKvOutFromStage; a buffer of their own would not fit at D = 256). D = 192 keeps
   // the stores from registers.
   static constexpr bool kKvOutFromStage = kKvByDims;
+  static constexpr bool kKvOutByTma = kScoresT || kKvOutFromStage;  // dk and dv have TMA descriptors (D != 192)
   using SmemLayoutKvOut = decltype(cute::tile_to_shape(RowAtom{}, cute::Shape<KvKeys, KvDims>{}));  // (keys, dim)
   using SmemLayoutKvOutT = decltype(cute::composition(  // (dim, keys): the accumulator's view, MN-major
       SmemLayoutKvOut{}, cute::make_ordered_layout(cute::Shape<KvDims, KvKeys>{}, cute::Step<cute::_2, cute::_1>{})));
@@ -503,7 +504,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
     prefetch_tma_descriptor(prm.tma_do.get_tma_descriptor());
     prefetch_tma_descriptor(prm.tma_k.get_tma_descriptor());
     prefetch_tma_descriptor(prm.tma_v.get_tma_descriptor());
-    if constexpr (Traits::kScoresT || Traits::kKvOutFromStage) {
+    if constexpr (Traits::kKvOutByTma) {
       prefetch_tma_descriptor(prm.tma_dk.get_tma_descriptor());
       prefetch_tma_descriptor(prm.tma_dv.get_tma_descriptor());
     }
@@ -844,12 +845,11 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
           warpgroup_wait<0>();
           warpgroup_fence_operand(tSrdP);
         }
-        const float4* dp_x = reinterpret_cast<const float4*>(smem.dp_x) + tid;
         CUTE_UNROLL
         for (int e0 = 0; e0 < size(tSrS); e0 += 4) {
           float dp[4];
           if constexpr (kSdPByConsumer) {
-            const float4 v = dp_x[e0 / 4 * 128];
+            const float4 v = reinterpret_cast<const float4*>(smem.dp_x)[e0 / 4 * 128 + tid];
             dp[0] = v.x, dp[1] = v.y, dp[2] = v.z, dp[3] = v.w;
           } else {
             CUTE_UNROLL

@@ -86,9 +86,10 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   // dk and dv leave by TMA from a consumer's staging box up to D = 128 and at D = 256 (bwd_kernel.cuh: TmaKvOut);
   // at D = 192 their descriptors are never read, so none is built.
   auto tma_out = [&](void* ptr, const int64_t(&stride)[3]) {
-    constexpr bool kRead = Traits::kScoresT || Traits::kKvOutFromStage;
-    return kRead ? tma(cute::SM90_TMA_STORE{}, ptr, f.seqlen_k, p.heads_kv, stride, typename Traits::SmemLayoutKvOut{})
-                 : typename Traits::TmaKvOut{};
+    if constexpr (Traits::kKvOutByTma)
+      return tma(cute::SM90_TMA_STORE{}, ptr, f.seqlen_k, p.heads_kv, stride, typename Traits::SmemLayoutKvOut{});
+    else
+      return typename Traits::TmaKvOut{};
   };
   const typename Traits::Params prm{
       tma(Load{}, f.q, f.seqlen_q, f.heads_q, f.q_stride, typename Traits::SmemLayoutQ{}),
