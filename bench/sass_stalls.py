@@ -9,11 +9,17 @@ profilebwd and profilebwd90 stages of scripts/gpu_round.sh save it, xz-packed) a
     --around);
   - with --regions, the samples by how often an instruction ran: code that runs once a loop step (the most
     executed), once a tile, once a kernel, each count's runs of neighbouring instructions apart (a tile's
-    prologue and epilogue), so a per-tile cost shows beside the per-step one.
+    prologue and epilogue), so a per-tile cost shows beside the per-step one;
+  - with --work, the instructions that tell a kernel's schedule, by their whole opcode and how often they ran:
+    HGMMA by shape and operands (SS: both from shared memory, RS: A from registers; tnspA / tnspB: transposed
+    views), MUFU, the TMA, bulk and global reductions and loads, the barriers, the shared-memory traffic. Set
+    beside another kernel's for the same problem it tells who does which products, how often, and how dQ leaves
+    (cuDNN's kernels included: their SASS is readable though their source is not).
 
   bench/sass_stalls.py ncu-bwd-flashtile-d128-s4096-full-sass.csv.xz --reason stall_long_sb
   bench/sass_stalls.py report-sass.csv --around 2569 --width 12
   bench/sass_stalls.py ncu-bwd-sm90-s512-sass.csv.xz --regions
+  bench/sass_stalls.py ncu-bwd-cudnn-d256-sass.csv.xz --work
 """
 import argparse
 import collections
@@ -50,6 +56,32 @@ def opcode(source):
     return op.split(".")[0]
 
 
+# The opcodes --work lists, by their first word.
+WORK_OPS = ("HGMMA", "MUFU", "UTMALDG", "UTMASTG", "UTMAREDG", "UBLKCP", "UBLKRED", "REDG", "ATOMG", "LDS", "STS",
+            "LDSM", "STSM", "SYNCS", "BAR", "WARPGROUP")
+
+
+def print_work(data, src, executed_i):
+    """Warp instructions executed of the schedule's opcodes, by whole opcode; an HGMMA also by where its A
+    operand comes from (registers: RS) and which operands are transposed views."""
+    work = collections.Counter()
+    for r in data:
+        words = r[src].split()
+        if not words:
+            continue
+        full = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
+        if full.split(".")[0] not in WORK_OPS:
+            continue
+        if full.startswith("HGMMA"):
+            operands = [o.strip() for o in " ".join(words[words.index(full) + 1 :]).split(",")]
+            a = operands[1] if len(operands) > 1 else ""  # after the accumulator: registers, or a descriptor
+            full += " RS" if a.startswith("R") else " SS"
+            full += "".join(f" {t}" for t in ("tnspA", "tnspB") if t in r[src])
+        work[full] += number(r[executed_i])
+    for op, count in sorted(work.items(), key=lambda kv: -kv[1]):
+        print(f"  {op:58s} {count / 1e6:9.3f} M")
+
+
 def print_regions(data, src, all_i, reason_i, executed_i, reason, gap=5):
     """Samples by execution count, and for each of the largest counts its runs of instructions (neighbours
     closer than `gap` join one run): the loop body, a tile's prologue and epilogue."""
@@ -83,6 +115,7 @@ def main():
     ap.add_argument("--around", type=int, help="print the instructions around this index instead")
     ap.add_argument("--width", type=int, default=20, help="with --around: instructions on each side")
     ap.add_argument("--regions", action="store_true", help="samples by execution count and region instead")
+    ap.add_argument("--work", action="store_true", help="the schedule's instructions by whole opcode instead")
     args = ap.parse_args()
 
     kernel, header, data = read_rows(args.csv)
@@ -103,6 +136,9 @@ def main():
 
     if args.regions:
         print_regions(data, src, all_i, reason_i, executed_i, args.reason)
+        return
+    if args.work:
+        print_work(data, src, executed_i)
         return
 
     total = sum(number(r[all_i]) for r in data)

@@ -288,7 +288,9 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
   # batch 16384 / S, as grid A), PROFILE90_CAUSAL=1 the causal mask; reports of another shape than D = 128, S = 2048
   # full get a -d<D>, -s<S> or -causal suffix. PROFILE_CANDS=name,... also profiles those candidate libraries
   # (.device/cand-<name>, scripts/candidate_lib.sh) into ncu-bwd-sm90<suffix>-<name>.txt (and its SASS samples,
-  # -sass.csv.xz), to set beside this tree's; PROFILE_CUDNN=0 leaves cuDNN out.
+  # -sass.csv.xz), to set beside this tree's; PROFILE_CUDNN=0 leaves cuDNN out; PROFILE_CUDNN_SASS=1 adds cuDNN's
+  # bprop kernel's SASS with its counts and samples (ncu-bwd-cudnn<suffix>-sass.csv.xz: three distinct inputs);
+  # PROFILE_FLASHTILE=0 leaves this tree's kernel out (cuDNN alone needs no build here).
   d90=${PROFILE90_D:-128}
   s90=${PROFILE90_S:-2048}
   h90=$((2048 / d90))
@@ -304,7 +306,7 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
     ncu --import "$out/$1.ncu-rep" --print-details all > "$out/$1.txt" 2>&1
     ncu --import "$out/$1.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 > "$out/$1-sass.csv.xz"
   }
-  profile_bwd90 "ncu-bwd-sm90$sfx90"
+  [ "${PROFILE_FLASHTILE:-1}" = 1 ] && profile_bwd90 "ncu-bwd-sm90$sfx90"
   candidates90=${PROFILE_CANDS:-}  # may be unset (set -u)
   for name in ${candidates90//,/ }; do
     profile_bwd90 "ncu-bwd-sm90$sfx90-$name" "$(cand_dir "$name")"
@@ -322,6 +324,26 @@ with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=$([ "$causal90" = --causal ] && echo True || echo False)).sum().backward()
     torch.cuda.synchronize()
     torch.cuda.profiler.stop()" > "$out/ncu-bwd-cudnn$sfx90.txt" 2>&1 || status=1
+  fi
+  if [ "${PROFILE_CUDNN_SASS:-0}" = 1 ]; then
+    # cuDNN's bprop kernel alone (PROFILE_CUDNN_PASS=fprop: its forward kernel, into ncu-fwd-cudnn...), its SASS
+    # with each instruction's execution count and stall samples (how many HGMMA of which shape, exponentials,
+    # loads and reductions a step: its schedule, for bench/sass_stalls.py --work)
+    pass90=${PROFILE_CUDNN_PASS:-bprop}
+    rep90=$out/ncu-$([ "$pass90" = fprop ] && echo fwd || echo bwd)-cudnn$sfx90-sass
+    timeout 240 ncu --set full --profile-from-start off -k regex:flash_$pass90 --launch-count 1 \
+      -o "$rep90" python3 -c "
+import torch
+from torch.nn.attention import sdpa_kernel, SDPBackend
+q, k, v = (torch.randn($b90, $h90, $s90, $d90, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+    for i in range(4):
+        if i == 3: torch.cuda.profiler.start()
+        torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=$([ "$causal90" = --causal ] && echo True || echo False)).sum().backward()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()" > /dev/null 2>&1 || status=1
+    ncu --import "$rep90.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 > "$rep90.csv.xz"
+    rm -f "$rep90.ncu-rep"
   fi
   grep -E "^  [a-zA-Z_].*\(|Duration|Registers Per|Achieved Occupancy|Executed Ipc A|Issue Slots Busy|Shared Memory Throughput|L2 Cache Throughput|Block Size|Grid Size|Dynamic Shared" \
     "$out"/ncu-bwd-*.txt | cut -c1-200
