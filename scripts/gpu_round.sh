@@ -289,7 +289,7 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
   # full get a -d<D>, -s<S> or -causal suffix. PROFILE_CANDS=name,... also profiles those candidate libraries
   # (.device/cand-<name>, scripts/candidate_lib.sh) into ncu-bwd-sm90<suffix>-<name>.txt (and its SASS samples,
   # -sass.csv.xz), to set beside this tree's; PROFILE_CUDNN=0 leaves cuDNN out; PROFILE_CUDNN_SASS=1 adds cuDNN's
-  # bprop kernel's SASS with its counts and samples (ncu-bwd-cudnn<suffix>-sass.csv.xz: three distinct inputs);
+  # bprop kernel's SASS with its counts and samples (ncu-bwd-cudnn<suffix>-sass.csv.xz);
   # PROFILE_FLASHTILE=0 leaves this tree's kernel out (cuDNN alone needs no build here).
   d90=${PROFILE90_D:-128}
   s90=${PROFILE90_S:-2048}
@@ -312,27 +312,9 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
     profile_bwd90 "ncu-bwd-sm90$sfx90-$name" "$(cand_dir "$name")"
   done
   rm -f "$out"/ncu-bwd-sm90*.ncu-rep
-  if [ "${PROFILE_CUDNN:-1}" = 1 ]; then
-    # cuDNN's kernels of one forward and backward, after warm-up (the profiler range is that one step)
-    timeout 240 ncu --set full --profile-from-start off --print-details all python3 -c "
-import torch
-from torch.nn.attention import sdpa_kernel, SDPBackend
-q = torch.randn($b90, $h90, $s90, $d90, device='cuda', dtype=torch.bfloat16, requires_grad=True)
-with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-    for i in range(4):
-        if i == 3: torch.cuda.profiler.start()
-        torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=$([ "$causal90" = --causal ] && echo True || echo False)).sum().backward()
-    torch.cuda.synchronize()
-    torch.cuda.profiler.stop()" > "$out/ncu-bwd-cudnn$sfx90.txt" 2>&1 || status=1
-  fi
-  if [ "${PROFILE_CUDNN_SASS:-0}" = 1 ]; then
-    # cuDNN's bprop kernel alone (PROFILE_CUDNN_PASS=fprop: its forward kernel, into ncu-fwd-cudnn...), its SASS
-    # with each instruction's execution count and stall samples (how many HGMMA of which shape, exponentials,
-    # loads and reductions a step: its schedule, for bench/sass_stalls.py --work)
-    pass90=${PROFILE_CUDNN_PASS:-bprop}
-    rep90=$out/ncu-$([ "$pass90" = fprop ] && echo fwd || echo bwd)-cudnn$sfx90-sass
-    timeout 240 ncu --set full --profile-from-start off -k regex:flash_$pass90 --launch-count 1 \
-      -o "$rep90" python3 -c "
+  # One forward and backward through cuDNN after warm-up; the profiler range is that one step. Three distinct
+  # inputs (until session 47 the --print-details report took q as k and v too).
+  cudnn_step_py="
 import torch
 from torch.nn.attention import sdpa_kernel, SDPBackend
 q, k, v = (torch.randn($b90, $h90, $s90, $d90, device='cuda', dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
@@ -341,7 +323,19 @@ with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
         if i == 3: torch.cuda.profiler.start()
         torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=$([ "$causal90" = --causal ] && echo True || echo False)).sum().backward()
     torch.cuda.synchronize()
-    torch.cuda.profiler.stop()" > /dev/null 2>&1 || status=1
+    torch.cuda.profiler.stop()"
+  if [ "${PROFILE_CUDNN:-1}" = 1 ]; then  # cuDNN's kernels of that step, every section
+    timeout 240 ncu --set full --profile-from-start off --print-details all python3 -c "$cudnn_step_py" \
+      > "$out/ncu-bwd-cudnn$sfx90.txt" 2>&1 || status=1
+  fi
+  if [ "${PROFILE_CUDNN_SASS:-0}" = 1 ]; then
+    # cuDNN's bprop kernel alone (PROFILE_CUDNN_PASS=fprop: its forward kernel, into ncu-fwd-cudnn...), its SASS
+    # with each instruction's execution count and stall samples (how many HGMMA of which shape, exponentials,
+    # loads and reductions a step: its schedule, for bench/sass_stalls.py --work)
+    pass90=${PROFILE_CUDNN_PASS:-bprop}
+    rep90=$out/ncu-$([ "$pass90" = fprop ] && echo fwd || echo bwd)-cudnn$sfx90-sass
+    timeout 240 ncu --set full --profile-from-start off -k regex:flash_$pass90 --launch-count 1 -o "$rep90" \
+      python3 -c "$cudnn_step_py" > /dev/null 2>&1 || status=1
     ncu --import "$rep90.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 > "$rep90.csv.xz"
     rm -f "$rep90.ncu-rep"
   fi
