@@ -18,6 +18,6 @@ ab nop,nods d 0
 cp /tmp/ab-v.txt /tmp/ab-d.txt "$OUT/" 2>/dev/null
 (cd "$OUT" && tar -czf ab.tar.gz ab-*.jsonl && rm -f ab-*.jsonl)
 # Where pairbd's step goes: ncu with SASS samples, B = 8 S = 2k D = 256 full (its main kernel only)
-PROFILE_FLASHTILE=0 PROFILE_CUDNN=0 PROFILE_CANDS=pairbd PROFILE90_D=256 timeout 150 bash scripts/gpu_round.sh profilebwd90 2>&1 |
+[ "$SECONDS" -lt 120 ] && PROFILE_FLASHTILE=0 PROFILE_CUDNN=0 PROFILE_CANDS=pairbd PROFILE90_D=256 timeout 150 bash scripts/gpu_round.sh profilebwd90 2>&1 |
   grep -E "Duration|Throughput|==" | head -20
 echo "profile done at $SECONDS s"
