@@ -2,7 +2,8 @@
 # Session 48, call 3: why the pair kernel (v47) ran 0.69x main at D = 256 (call 2, an H100). Narrowed libraries
 # (D = 256 bf16): pairn (v47 itself), pairb (P^T sent in bf16 / fp16 instead of fp32: half the DSMEM bytes one
 # way), pairbd (pairb + tiles from the counter, published to both CTAs: the causal rows), and two diagnostics that
-# give wrong results on purpose (timed without verification): nop (P^T not sent) and nods (dS^T not sent).
+# give wrong results on purpose (timed without verification): nop (P^T not sent) and nods (dS^T not sent); pairce:
+# pairbd + v47c (S^T two steps ahead) + v47e (the gradient CTA's dP^T in its own step).
 cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
 shapes="4,4k,8,256;1,16k,8,256"
@@ -13,7 +14,7 @@ ab() {  # <candidates> <tag> <verify rows>
   grep -E "== A/B .* / base|bwd_tflops|rror|FAIL|mismatch|exceed" /tmp/ab-$2.txt | head -12
   echo "ab $2 done at $SECONDS s"
 }
-ab pairn,pairb,pairbd v 2
+ab pairn,pairb,pairbd,pairce v 2
 ab nop,nods d 0
 cp /tmp/ab-v.txt /tmp/ab-d.txt "$OUT/" 2>/dev/null
 (cd "$OUT" && tar -czf ab.tar.gz ab-*.jsonl && rm -f ab-*.jsonl)
