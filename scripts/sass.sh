@@ -21,8 +21,9 @@ if [ "${2:-}" != --summary ]; then
   cuobjdump -sass "$file"
   exit
 fi
-# One line per kernel: HGMMA, then STL and LDL before and after the first USETMAXREG (the producer gives registers
-# away with DEALLOC, the consumers take theirs with TRY_ALLOC; which side a spill falls on says who pays it).
+# One line per kernel: HGMMA, STL and LDL, and the STL and LDL by the region of code they fall in: entry (before any
+# USETMAXREG), dealloc (after the producer's USETMAXREG.DEALLOC) or alloc (after a consumer's TRY_ALLOC), in the
+# listing's order; which side a spill falls on says who pays it.
 cuobjdump -sass "$file" | awk '
   /Function :/ { if (name != "") report(); name = $3; hgmma = 0; stl = 0; ldl = 0; region = "" ; split("", by) }
   /USETMAXREG/ { region = ($0 ~ /DEALLOC/) ? "dealloc" : "alloc" }
