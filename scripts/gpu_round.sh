@@ -301,7 +301,7 @@ if want profilebwd90; then  # the sm90 backward's main kernel and cuDNN's backwa
   echo "== ncu: flashtile sm90 backward (bwd_kernel or bwd_pair_kernel) and cuDNN's backward kernels, B=$b90 H=$h90 S=$s90 D=$d90 bf16 $causal90"
   profile_bwd90() {  # <report name> [library directory]: the second launch of the main kernel, all sections
     LD_LIBRARY_PATH=${2:+$2:}$LD_LIBRARY_PATH timeout 200 ncu --set full --import-source yes --launch-skip 1 \
-      --launch-count 1 -k regex:^bwd_(pair_)?kernel -o "$out/$1" $bin run -b "$b90" -s "$s90" --heads "$h90" \
+      --launch-count 1 -k "regex:^bwd_(pair_)?kernel" -o "$out/$1" $bin run -b "$b90" -s "$s90" --heads "$h90" \
       --head-dim "$d90" $causal90 --backend cuda-sm90 --backward -r 2 --verify-rows 2 > /dev/null 2>&1 || status=1
     ncu --import "$out/$1.ncu-rep" --print-details all > "$out/$1.txt" 2>&1
     ncu --import "$out/$1.ncu-rep" --page source --csv --print-source sass 2>&1 | xz -6 > "$out/$1-sass.csv.xz"
