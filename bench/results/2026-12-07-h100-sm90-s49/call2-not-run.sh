@@ -5,19 +5,14 @@
 # barrier's handshake, unlike session 48's nop, which hung); then where pairf's step goes (Nsight Compute with SASS
 # samples, B = 8 S = 2k full; main's D = 256 profile: bench/results/2026-12-06-h100-sm90-s46/call2).
 # Carry: .device holding cand-pairce, cand-pairf, cand-fp4 and cand-fds16 only (move the others aside: 64 MiB).
+# Each A/B has a time limit: a diagnostic that deadlocks must not take the call with it.
 cd "$(dirname "$0")/.."
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-shapes="4,4k,8,256;1,16k,8,256"
-ab() {  # <candidates> <tag> <verify rows>
-  AB_CANDS=$1 AB_TAG=$2 \
-    AB_ARGS="--shapes $shapes --causal both --backends cuda-sm90 --dtype bf16 --backward --repeats 10 --verify-rows $3" \
-    timeout 90 bash scripts/gpu_round.sh ab > /tmp/ab-$2.txt 2>&1
-  grep -E "== A/B .* / base|bwd_tflops|rror|FAIL|mismatch|exceed" /tmp/ab-$2.txt | head -12
-  echo "ab $2 done at $SECONDS s"
-  cp /tmp/ab-$2.txt "$OUT/" 2>/dev/null
-}
-ab pairce,pairf f 2
-ab fp4,fds16 g 0
+timed="--shapes 4,4k,8,256;1,16k,8,256 --causal both --backends cuda-sm90 --dtype bf16 --backward --repeats 10"
+AB_CANDS=pairce,pairf AB_TAG=f AB_ARGS="$timed --verify-rows 2" timeout 90 bash scripts/gpu_round.sh ab 2>&1 |
+  tee "$OUT/ab-f.txt" | grep -E "== A/B .* / base|bwd_tflops|rror|FAIL|mismatch|exceed"
+AB_CANDS=fp4,fds16 AB_TAG=g AB_ARGS="$timed --verify-rows 0" timeout 90 bash scripts/gpu_round.sh ab 2>&1 |
+  tee "$OUT/ab-g.txt" | grep -E "== A/B .* / base|bwd_tflops|rror|FAIL|mismatch|exceed"
 (cd "$OUT" && tar -czf ab.tar.gz ab-*.jsonl && rm -f ab-*.jsonl)
 PROFILE_FLASHTILE=0 PROFILE_CUDNN=0 PROFILE_CANDS=pairf PROFILE90_D=256 timeout 150 bash scripts/gpu_round.sh profilebwd90 2>&1 |
   grep -E "Duration|SM Frequency|Throughput|==" | head -30
