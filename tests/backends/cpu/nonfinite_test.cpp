@@ -15,6 +15,7 @@
 //    the masked case above is part of the contract.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -213,6 +214,40 @@ TEST(LargeLogits, GradientsStayFiniteAndBounded) {
         }
       }
     }
+}
+
+// Scores so large that a unit in the last place of S outweighs the softmax's range. A row's max and its
+// exponentials must see the same rounded scores, and the backward must rebuild P from the scores the forward
+// rounded; the library is compiled without FMA contraction for it (CMakeLists.txt). With contraction, the bf16
+// forward (scale applied inside the fused softmax step) took its max from rounded products and its exponentials
+// from exact ones: at |S| ~ 1e10 every exponential of a row could underflow, and rows that see every key came
+// out O = NaN, LSE = -inf (the mark of a row without keys). The fp32 backward rebuilt P from exact products
+// where the forward had rounded S: dV 3e-4 off at |S| ~ 1e4, 0.4 at 1e7.
+TEST(LargeLogits, Bf16RowsThatSeeKeysComeOutRight) {
+  for (const Backend backend : {Backend::kCpuFlash2, Backend::kCpuFlash1})
+    for (const bool causal : {false, true}) {
+      Spec spec = Spec(40, 40).dims(32).dtype(DType::kBFloat16).scale(1e10f);  // |S| ~ 6e10
+      if (causal) spec.causal();
+      const verify::Problem problem = spec;
+      const verify::CheckResult r = verify::check(problem, seed_for(problem), backend, /*with_backward=*/false);
+      EXPECT_TRUE(r.pass()) << backend_tag(backend) << (causal ? " causal: " : " full: ") << r.summary();
+    }
+}
+
+TEST(LargeLogits, Fp32ValueGradientsMatchTheOracle) {
+  for (const float logit : {1e4f, 1e6f}) {
+    // Standard normal q and k at D = 64: q . k ~ 8, so |S| ~ logit; the softmax is one-hot but for near ties.
+    const verify::Problem problem = Spec(64, 64).dims(64).dtype(DType::kFloat32).causal().scale(logit / 8);
+    verify::Case c = verify::Case::make(problem, seed_for(problem), /*with_backward=*/true);
+    ASSERT_TRUE(forward(c.forward_params(Backend::kCpuFlash2)).ok());
+    ASSERT_TRUE(backward(c.backward_params(Backend::kCpuFlash2)).ok());
+    const verify::Reference want = verify::oracle(c, /*with_backward=*/true);
+    const std::vector<double> got = c.dv.to_doubles();
+    double err = 0;
+    for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(got[i] - want.dv[i]));
+    // fp32's own rounding of P^T dO: ~1e-7 of the largest dV
+    EXPECT_LE(err, 1e-5 * verify::max_abs(want.dv)) << "|S| ~ " << logit;
+  }
 }
 
 }  // namespace
