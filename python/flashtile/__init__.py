@@ -9,28 +9,56 @@ variants, with autograd and torch.compile support) is imported from flashtile.to
 """
 import importlib.util
 import math
+import operator
 
 from . import _abi
 from ._abi import FlashtileError
-from ._tensors import View, empty_like_library, is_torch, torch_layout
+from ._tensors import View, check_array, empty_like_library, is_torch, torch_layout
 
 __version__ = _abi.lib.ft_version().decode()
 __all__ = ["forward", "backward", "FlashtileError", "__version__"]
 
 
 def _integer(name, value, bits):
-    """value as a Python int that fits a C int of `bits` bits; ctypes would wrap it silently."""
-    value = int(value)
+    """value as a Python int that fits a C int of `bits` bits; ctypes would wrap it silently. Floats are refused
+    rather than truncated, as flash-attn's int arguments refuse them."""
+    try:
+        value = operator.index(value)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {value!r}") from None
     if not -(1 << (bits - 1)) <= value < 1 << (bits - 1):
         raise ValueError(f"{name}: {value} does not fit in {bits} bits")
     return value
 
 
+def _number(name, value, accepted):
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected {accepted}, got {value!r}") from None
+
+
+_WINDOW = "a pair (left, right) of ints, a negative bound or None meaning unbounded on that side"
+
+
+def _window(window_size):
+    """window_size as two ints, -1 for an unbounded side. flash-attn 2.x takes a pair of ints, -1 unbounded (any
+    negative bound is, SPEC.md); flash-attn 4 writes an unbounded side as None, its default being (None, None)."""
+    try:
+        left, right = (-1 if w is None else operator.index(w) for w in window_size)
+    except TypeError:  # not a sequence, or a side neither an int nor None
+        raise TypeError(f"window_size: expected {_WINDOW}, got {window_size!r}") from None
+    except ValueError:  # not two sides
+        raise ValueError(f"window_size: expected {_WINDOW}, got {window_size!r}") from None
+    return _integer("window_size", left, 64), _integer("window_size", right, 64)
+
+
 def _options(softmax_scale, causal, window_size, softcap):
-    """ft_options' fields, in order (softmax_scale NaN: the library's default, 1/sqrt(head_dim))."""
-    left, right = (_integer("window_size", w, 64) for w in window_size)
-    return (math.nan if softmax_scale is None else float(softmax_scale), int(bool(causal)), left, right,
-            float(softcap))
+    """ft_options' fields, in order (softmax_scale NaN: the library's default, 1/sqrt(head_dim)). softcap is a
+    number, 0 for off, as in flash-attn 2.x and 4, whose signatures take no None for it."""
+    scale = math.nan if softmax_scale is None else _number("softmax_scale", softmax_scale,
+                                                          "a number, or None for 1/sqrt(head_dim)")
+    return (scale, int(bool(causal)), *_window(window_size), _number("softcap", softcap, "a number (0: off)"))
 
 
 def _backend(name):
@@ -44,9 +72,13 @@ def forward(q, k, v, *, softmax_scale=None, causal=False, window_size=(-1, -1), 
     """Attention forward. Returns (out, lse); out has q's dtype and (batch, seqlen_q, heads, head_dim_v).
 
     softmax_scale defaults to 1/sqrt(head_dim); causal and window_size are bottom-right aligned (flash-attn >= 2.1);
-    softcap > 0 applies softcap * tanh(S / softcap). out/lse may be given to write into. stream is a CUDA stream
-    handle (int) for CUDA arrays; torch tensors use torch's current stream when it is None.
+    window_size is (left, right), inclusive, a negative or None bound unbounded on that side; softcap > 0 applies
+    softcap * tanh(S / softcap). out/lse may be given to write into. q, k, v: any array with __dlpack__ (numpy,
+    CuPy, torch), float16, bfloat16 or (on the CPU) float32. stream is a CUDA stream handle (int) for CUDA arrays;
+    torch tensors use torch's current stream when it is None.
     """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_array(name, x)
     shape_q, shape_v = tuple(q.shape), tuple(v.shape)
     if len(shape_q) != 4 or len(shape_v) != 4:
         raise ValueError(f"q, v: expected 4 dims (batch, seqlen, heads, head_dim), got {shape_q} and {shape_v}")
@@ -78,6 +110,8 @@ def backward(dout, q, k, v, out, lse, *, softmax_scale=None, causal=False, windo
              deterministic=False, dq=None, dk=None, dv=None, backend="auto", num_threads=0, stream=None):
     """Attention backward from the forward's out and lse (which may come from elsewhere, SPEC.md). Returns
     (dq, dk, dv) shaped like q, k, v; for GQA, dk and dv are summed over each group's query heads."""
+    for name, x in (("q", q), ("k", k), ("v", v)):  # read for the gradients' shapes; the rest View checks
+        check_array(name, x)
     given = (dq is not None, dk is not None, dv is not None)
     dq = empty_like_library(q, tuple(q.shape), "same") if dq is None else dq
     dk = empty_like_library(q, tuple(k.shape), "same") if dk is None else dk

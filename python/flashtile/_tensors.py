@@ -7,6 +7,12 @@ from . import _abi
 
 # DLPack (dlpack.h): the C structs a __dlpack__() capsule points to.
 _DL_FLOAT, _DL_BFLOAT = 2, 4
+# DLDataTypeCode's kinds whose name takes the bit count ("float64", "int32", "complex128"), and its other codes,
+# to name a refused dtype as the array's library does rather than by its code.
+_DL_KINDS = {0: "int", 1: "uint", 2: "float", 4: "bfloat", 5: "complex"}
+_DL_CODE_NAMES = {6: "bool", 7: "float8_e3m4", 8: "float8_e4m3", 9: "float8_e4m3b11fnuz",
+                  10: "float8_e4m3fn", 11: "float8_e4m3fnuz", 12: "float8_e5m2", 13: "float8_e5m2fnuz",
+                  14: "float8_e8m0fnu", 15: "float6_e2m3fn", 16: "float6_e3m2fn", 17: "float4_e2m1fn"}
 _DL_CPU, _DL_CUDA, _DL_CUDA_HOST, _DL_CUDA_MANAGED = 1, 2, 3, 13
 
 
@@ -56,6 +62,25 @@ def torch_layout(t):
     return t.dtype, t.get_device(), t.shape, t.stride()
 
 
+def check_array(name, x):
+    """Raises a TypeError naming argument `name` unless x is an array this module can view."""
+    if not hasattr(x, "__dlpack__"):
+        raise TypeError(f"{name}: expected an array with __dlpack__ (numpy, CuPy, torch), got {type(x).__name__}")
+
+
+def _dtype_refused(name, dtype):
+    accepted = "lse must be float32" if name == "lse" else "float16, bfloat16, float32 on the CPU"
+    return TypeError(f"{name}: dtype {dtype} is not supported ({accepted})")
+
+
+def _dl_dtype_name(t):
+    if t.code in _DL_KINDS:
+        name = f"{_DL_KINDS[t.code]}{t.bits}"
+    else:
+        name = _DL_CODE_NAMES.get(t.code, f"with DLPack type code {t.code}, {t.bits} bits")
+    return name if t.lanes == 1 else f"{name} x {t.lanes} lanes"
+
+
 def _torch_dtype(dtype):
     if not _TORCH_DTYPES:
         import torch
@@ -79,7 +104,7 @@ class View:
         # The hot path of every torch call (five tensors a forward): one ctypes constructor, no per-field sets.
         dtype = _torch_dtype(t.dtype)
         if dtype is None:
-            raise TypeError(f"{self.name}: dtype {t.dtype} is not supported (float16, bfloat16, float32 on the CPU)")
+            raise _dtype_refused(self.name, t.dtype)
         n = t.dim()
         if n > 4:
             raise ValueError(f"{self.name}: expected at most 4 dims, got {n}")
@@ -88,8 +113,7 @@ class View:
                                   t.get_device() if cuda else 0, n, _Dims(*t.shape), _Dims(*t.stride()))
 
     def _from_dlpack(self, a, output):
-        if not hasattr(a, "__dlpack__"):
-            raise TypeError(f"{self.name}: expected an array with __dlpack__ (numpy, CuPy, torch), got {type(a).__name__}")
+        check_array(self.name, a)
         try:
             try:
                 self.capsule = a.__dlpack__(max_version=(1, 0))
@@ -105,8 +129,7 @@ class View:
         else:
             dl = _DLTensor.from_address(_capsule_pointer(self.capsule, b"dltensor"))
         if dl.dtype.lanes != 1 or (dl.dtype.code, dl.dtype.bits) not in ((_DL_FLOAT, 32), (_DL_FLOAT, 16), (_DL_BFLOAT, 16)):
-            raise TypeError(f"{self.name}: dtype (code {dl.dtype.code}, {dl.dtype.bits} bits) is not supported "
-                            "(float16, bfloat16, float32 on the CPU)")
+            raise _dtype_refused(self.name, _dl_dtype_name(dl.dtype))
         dtype = {(_DL_FLOAT, 32): _abi.FT_F32, (_DL_FLOAT, 16): _abi.FT_F16, (_DL_BFLOAT, 16): _abi.FT_BF16}[
             (dl.dtype.code, dl.dtype.bits)]
         if dl.ndim > 4:

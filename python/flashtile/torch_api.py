@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from . import _number, _window
 from . import backward as _backward
 from . import forward as _forward
 
@@ -123,14 +124,18 @@ def _check_and_run(q, k, v, dropout_p, softmax_scale, causal, window_size, softc
             raise ValueError(f"{name}: expected (batch, seqlen, heads, head_dim), got shape {tuple(t.shape)}")
         if t.device != q.device:
             raise ValueError(f"{name}: on {t.device}, but q is on {q.device}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if softmax_scale is None else float(softmax_scale)
-    left, right = (int(w) for w in window_size)
+    if softmax_scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    else:
+        scale = _number("softmax_scale", softmax_scale, "a number, or None for 1/sqrt(head_dim)")
+    left, right = _window(window_size)
     # As flash-attn does: a last dimension that is not contiguous is made so (SPEC.md's layout needs stride 1).
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     head_dim_v = v.shape[-1]
     if q.is_cuda:
         q, k, v = _pad_head_dims_for_cuda(q, k, v)
-    out, lse = _attention(q, k, v, scale, bool(causal), left, right, float(softcap), bool(deterministic))
+    out, lse = _attention(q, k, v, scale, bool(causal), left, right, _number("softcap", softcap, "a number (0: off)"),
+                          bool(deterministic))
     if out.shape[-1] != head_dim_v:
         out = out[..., :head_dim_v]
     return (out, lse, None) if return_attn_probs else out

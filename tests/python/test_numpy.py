@@ -113,6 +113,47 @@ def test_bad_input_raises_and_writes_nothing():
         flashtile.forward(q.astype(np.float64), q.astype(np.float64), q.astype(np.float64))
 
 
+def test_argument_errors_name_the_argument():
+    # Each refusal names the argument and what it accepts (audit s51, section 2).
+    q = np.ones((1, 4, 2, 8), dtype=np.float32)
+    with pytest.raises(ValueError, match=r"window_size: expected a pair \(left, right\) of ints.*got \(1, 2, 3\)"):
+        flashtile.forward(q, q, q, window_size=(1, 2, 3))
+    for window in ((1.5, 0), ("1", 0), 5):
+        with pytest.raises(TypeError, match="window_size: expected a pair"):
+            flashtile.forward(q, q, q, window_size=window)
+    with pytest.raises(TypeError, match=r"softcap: expected a number \(0: off\), got None"):
+        flashtile.forward(q, q, q, softcap=None)
+    with pytest.raises(TypeError, match="softmax_scale: expected a number, or None"):
+        flashtile.backward(q, q, q, q, q, np.zeros((1, 2, 4), np.float32), softmax_scale="auto")
+    with pytest.raises(TypeError, match=r"q: expected an array with __dlpack__ \(numpy, CuPy, torch\), got list"):
+        flashtile.forward(q.tolist(), q, q)
+    with pytest.raises(TypeError, match="v: expected an array with __dlpack__"):
+        flashtile.forward(q, q, q.tolist())
+    with pytest.raises(TypeError, match="k: expected an array with __dlpack__"):
+        flashtile.backward(q, q, q.tolist(), q, q, np.zeros((1, 2, 4), np.float32))
+    # Dtypes by name, not by DLPack code; lse's one dtype is float32.
+    for dtype in ("float64", "int32", "bool"):
+        with pytest.raises(TypeError, match=rf"q: dtype {dtype} is not supported \(float16, bfloat16, float32"):
+            flashtile.forward(q.astype(dtype), q, q)
+    out, lse = flashtile.forward(q, q, q)
+    with pytest.raises(TypeError, match=r"lse: dtype float64 is not supported \(lse must be float32\)"):
+        flashtile.backward(q, q, q, q, out, lse.astype(np.float64))
+
+
+def test_window_bounds_none_and_any_negative_are_unbounded():
+    # flash-attn 4 writes an unbounded side as None; SPEC.md makes any negative bound unbounded.
+    rng = np.random.default_rng(10)
+    q, k, v, dout = (rng.standard_normal((1, 9, 2, 16)).astype(np.float32) for _ in range(4))
+    want = flashtile.forward(q, k, v, window_size=(-1, 0))
+    want_grads = flashtile.backward(dout, q, k, v, *want, window_size=(-1, 0))
+    for window in ((None, 0), (-7, 0), [None, np.int64(0)]):
+        got = flashtile.forward(q, k, v, window_size=window)
+        for a, b in zip(got + flashtile.backward(dout, q, k, v, *got, window_size=window), want + want_grads):
+            np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(flashtile.forward(q, k, v, window_size=(None, None))[0],
+                                  flashtile.forward(q, k, v)[0])
+
+
 def test_empty_and_version():
     q = np.zeros((0, 4, 2, 8), dtype=np.float32)
     out, lse = flashtile.forward(q, q, q)

@@ -77,6 +77,9 @@ std::vector<Shape> parse_shapes(const std::string& text) {
     Shape s{parse_int("--shapes", f[0], 1, kMax), parse_int("--shapes", f[1], 1, kMax),
             parse_int("--shapes", f[2], 1, kMax), 0, parse_int("--shapes", f[3], 1, kMax)};
     s.heads_kv = f.size() == 5 ? parse_int("--shapes", f[4], 1, kMax) : s.heads;
+    if (s.heads % s.heads_kv != 0)
+      throw UsageError("--shapes: in '" + item + "', Hkv (" + std::to_string(s.heads_kv) + ") does not divide H (" +
+                       std::to_string(s.heads) + ")");
     shapes.push_back(s);
   }
   if (shapes.empty()) throw UsageError("--shapes: no shapes given");
@@ -473,6 +476,12 @@ int bench_command(const std::vector<std::string>& args) {
   }
   if (compare_schedules && !std::count(grid.backends.begin(), grid.backends.end(), Backend::kCpuFlash1))
     grid.backends.push_back(Backend::kCpuFlash1);
+  // A CUDA backend without a usable GPU would fail every case: said once, before any case runs or file is written.
+  if (const auto cuda = std::find_if(grid.backends.begin(), grid.backends.end(), is_cuda); cuda != grid.backends.end())
+    if (std::string why; !verify::cuda_available(&why)) {
+      std::fprintf(stderr, "flashtile bench: backend %s: %s\n", backend_name(*cuda), why.c_str());
+      return kExitFailed;
+    }
   if (out_path.empty()) {
     out_path = "bench-results.jsonl";
     std::fprintf(stderr, "no --out given: writing results to ./%s\n", out_path.c_str());

@@ -142,7 +142,7 @@ int check_command(const std::vector<std::string>& args) {
   o.add({"--cases", "-n", "N", "number of random problems [50]",
          [&](const std::string& v) { cases = parse_int("--cases", v, 1, 100000000); }});
   o.add({"--seed", "", "N", "seed of the first case [from the clock; printed]", [&](const std::string& v) {
-           seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX / 1024));
+           seed = parse_seed("--seed", v);
            seed_given = true;
          }});
   o.add({"--device", "", "WHERE",

@@ -81,10 +81,23 @@ int64_t parse_int(const std::string& option, const std::string& text, int64_t lo
   const long long v = std::strtoll(digits.c_str(), &end, 10);
   if (digits.empty() || *end != '\0' || errno == ERANGE)
     throw UsageError(option + ": '" + text + "' is not an integer");
-  if (v < lo / unit - 1 || v > hi / unit + 1 || v * unit < lo || v * unit > hi)  // the first two keep v * unit exact
+  // The first two keep v within [INT64_MIN / unit, INT64_MAX / unit], so v * unit cannot overflow.
+  if (v < lo / unit || v > hi / unit || v * unit < lo || v * unit > hi)
     throw UsageError(option + ": " + text + " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) +
                      "]");
   return v * unit;
+}
+
+uint64_t parse_seed(const std::string& option, const std::string& text) {
+  const bool digits = !text.empty() && text.find_first_not_of("0123456789") == std::string::npos;
+  const bool negative =
+      text.size() > 1 && text[0] == '-' && text.find_first_not_of("0123456789", 1) == std::string::npos;
+  errno = 0;
+  const unsigned long long v = digits ? std::strtoull(text.c_str(), nullptr, 10) : 0;
+  if (negative || (digits && errno == ERANGE))
+    throw UsageError(option + ": " + text + " is out of range [0, " + std::to_string(UINT64_MAX) + "]");
+  if (!digits) throw UsageError(option + ": '" + text + "' is not an integer");
+  return v;
 }
 
 double parse_double(const std::string& option, const std::string& text, double lo, double hi) {
@@ -157,12 +170,15 @@ void ShapeOptions::add_to(OptionSet& o) {
   o.add({"--dtype", "", "T", "fp32 | fp16 | bf16 [bf16]", [this](const std::string& v) { dtype = parse_dtype("--dtype", v); }});
   o.flag("--causal", "", "causal mask, bottom-right aligned (SPEC.md) [on]", [this] { causal = true; });
   o.flag("--no-causal", "", "full attention, no mask", [this] { causal = false; });
-  o.add({"--window", "", "L,R", "sliding window, inclusive, -1 = unbounded side [off]; the default --causal also applies unless --no-causal",
+  o.add({"--window", "", "L,R",
+         "sliding window, inclusive, negative = unbounded side [off]; the default --causal also applies unless "
+         "--no-causal",
          [this](const std::string& v) {
            const std::vector<std::string> lr = split(v, ',');
            if (lr.size() != 2) throw UsageError("--window: expected L,R (e.g. 256,0), got '" + v + "'");
-           window_left = parse_int("--window", lr[0], -1, kMaxDim);
-           window_right = parse_int("--window", lr[1], -1, kMaxDim);
+           // Any negative bound means unbounded (SPEC.md), and reaches the library as given.
+           window_left = parse_int("--window", lr[0], INT64_MIN, kMaxDim);
+           window_right = parse_int("--window", lr[1], INT64_MIN, kMaxDim);
          }});
   o.add({"--softcap", "", "X", "logit soft-capping, S = X*tanh(S/X); 0 = off [0]",
          [this](const std::string& v) { softcap = static_cast<float>(parse_double("--softcap", v, 0, 1e30)); }});
@@ -173,6 +189,11 @@ void ShapeOptions::add_to(OptionSet& o) {
 }
 
 verify::Problem ShapeOptions::problem() const {
+  // Checked here, before the tool allocates and fills the inputs, rather than by the library's first call.
+  const int64_t kv = heads_kv < 0 ? heads : heads_kv;
+  if (heads % kv != 0)
+    throw UsageError("--heads-kv: " + std::to_string(kv) + " does not divide --heads " + std::to_string(heads) +
+                     " (GQA/MQA: each key/value head serves a whole group of query heads)");
   verify::Problem p;
   p.batch = batch;
   p.seqlen_q = seqlen;

@@ -58,6 +58,8 @@ class OptionSet {
 
 // An integer in [lo, hi]; a trailing k multiplies by 1024 (sequence lengths: "4k" = 4096).
 int64_t parse_int(const std::string& option, const std::string& text, int64_t lo, int64_t hi);
+// A seed: any uint64, digits only (no k suffix: a seed names a stream of random numbers, not a size).
+uint64_t parse_seed(const std::string& option, const std::string& text);
 double parse_double(const std::string& option, const std::string& text, double lo, double hi);
 DType parse_dtype(const std::string& option, const std::string& text);         // fp32 | fp16 | bf16
 Backend parse_backend(const std::string& option, const std::string& text);     // auto | cpu-flash2 | ...
@@ -77,7 +79,9 @@ struct ShapeOptions {
   int32_t threads = 0;
 
   void add_to(OptionSet& options);
-  verify::Problem problem() const;  // -1 fields resolved (seqlen_k = seqlen, heads_kv = heads, ...)
+  // -1 fields resolved (seqlen_k = seqlen, heads_kv = heads, ...). Throws UsageError where the options alone
+  // make the problem invalid (--heads not a multiple of --heads-kv).
+  verify::Problem problem() const;
 };
 
 }  // namespace flashtile::tool

@@ -1,8 +1,11 @@
 // `flashtile run`: one representative problem on the best backend present, timed, measured and verified.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "cli_options.hpp"
 #include "commands.hpp"
@@ -13,12 +16,27 @@ namespace flashtile::tool {
 namespace {
 
 // Bytes of the tensors the tool allocates itself (inputs, outputs, and the backward's), which the
-// peak-memory figure does not include.
-int64_t tensor_bytes(const verify::Problem& p, bool with_backward) {
-  const int64_t q = p.batch * p.seqlen_q * p.heads_q, kv = p.batch * p.seqlen_k * p.heads_kv;
-  int64_t elems = q * p.head_dim + kv * (p.head_dim + p.head_dim_v) + q * p.head_dim_v;  // q, k, v, out
+// peak-memory figure does not include. In double: each option may be up to 2^40, so the count overflows int64.
+double tensor_bytes(const verify::Problem& p, bool with_backward) {
+  const double q = static_cast<double>(p.batch) * p.seqlen_q * p.heads_q;
+  const double kv = static_cast<double>(p.batch) * p.seqlen_k * p.heads_kv;
+  double elems = q * p.head_dim + kv * (p.head_dim + p.head_dim_v) + q * p.head_dim_v;  // q, k, v, out
   if (with_backward) elems *= 2;                                                        // dq, dk, dv, dout
-  return elems * static_cast<int64_t>(dtype_size(p.dtype)) + p.batch * p.heads_q * p.seqlen_q * 4;  // + lse
+  return elems * static_cast<double>(dtype_size(p.dtype)) + q * 4;                     // + lse, fp32
+}
+
+std::string format_bytes(double bytes) {
+  const double mib = bytes / (1024.0 * 1024.0);
+  char buf[32];
+  if (mib < 1e9) std::snprintf(buf, sizeof buf, "%.1f MiB", mib);
+  else std::snprintf(buf, sizeof buf, "%.3g MiB", mib);
+  return buf;
+}
+
+// The machine's physical memory, or 2^63 bytes where it cannot be read.
+double memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0x1p63;
 }
 
 void print_memory(const Timing& t, const char* first_call_note) {
@@ -78,7 +96,7 @@ int run_command(const std::vector<std::string>& args) {
   o.add({"--verify-rows", "", "N", "query rows checked against the float64 oracle, first and last included [64]",
          [&](const std::string& v) { verify_rows = parse_int("--verify-rows", v, 1, 1000000); }});
   o.add({"--seed", "", "N", "seed of the standard-normal inputs [0]",
-         [&](const std::string& v) { seed = static_cast<uint64_t>(parse_int("--seed", v, 0, INT64_MAX / 1024)); }});
+         [&](const std::string& v) { seed = parse_seed("--seed", v); }});
   o.add_note("TFLOP/s use SPEC.md's headline count 4*B*H*Sq*Sk*D, halved for causal, so they compare with\n"
              "published tables; the exact count of visible (row, key) pairs is shown beside it.\n"
              "Peak extra memory is the rise of the process's peak RSS over its RSS before the call (Linux /proc),\n"
@@ -97,9 +115,17 @@ int run_command(const std::vector<std::string>& args) {
   std::printf("flashtile %s run\n", version());
   std::printf("  problem  %s%s\n", problem.describe().c_str(),
               problem.options.causal ? " (bottom-right aligned)" : "");
+  const double bytes = tensor_bytes(problem, with_backward);
   std::printf("  inputs   standard normal, seed %llu; %s of tensors\n", static_cast<unsigned long long>(seed),
-              format_mib(tensor_bytes(problem, with_backward)).c_str());
+              format_bytes(bytes).c_str());
   std::fflush(stdout);
+  // Refused before they are allocated: the tool fills every input, which past the machine's memory would swap
+  // or be killed (and sizes over 2^63 bytes would overflow the allocation's own arithmetic).
+  if (const double memory = memory_bytes(); bytes > memory) {
+    std::fprintf(stderr, "flashtile run: the tensors need %s, more than this machine's %s of memory; "
+                         "try a smaller shape\n", format_bytes(bytes).c_str(), format_bytes(memory).c_str());
+    return kExitFailed;
+  }
   const verify::Case c = verify::Case::make(problem, seed, with_backward);
 
   Placement pl;
