@@ -48,7 +48,6 @@ _capsule_named = ctypes.pythonapi.PyCapsule_IsValid
 _capsule_named.restype = ctypes.c_int
 _capsule_named.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
-_DTYPE_NAMES = {"float32": _abi.FT_F32, "float16": _abi.FT_F16, "bfloat16": _abi.FT_BF16}
 _TORCH_DTYPES = {}  # torch.dtype -> ft dtype, filled on the first torch tensor (torch is imported only if used)
 _Dims = ctypes.c_int64 * 4
 
