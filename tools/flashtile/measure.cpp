@@ -282,9 +282,10 @@ std::string format_ms(double ms) {
   return buf;
 }
 
-std::string format_mib(int64_t bytes) {
+std::string format_mib(double bytes) {
+  const double mib = bytes / (1024.0 * 1024.0);
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f MiB", static_cast<double>(bytes) / (1024.0 * 1024.0));
+  std::snprintf(buf, sizeof buf, mib < 1e9 ? "%.1f MiB" : "%.3g MiB", mib);
   return buf;
 }
 

@@ -95,7 +95,7 @@ double exact_flops(const verify::Problem& p);
 
 // "1.23 GFLOP" / "4.56 TFLOP" and "12.3 MiB": compact human units.
 std::string format_flops(double flops);
-std::string format_mib(int64_t bytes);
+std::string format_mib(double bytes);  // past 1e9 MiB in %.3g (sizes of absurd shapes)
 // A time in ms with three significant digits or more: "0.0213", "3.01", "81.2", "812"; "-" when not finite.
 std::string format_ms(double ms);
 

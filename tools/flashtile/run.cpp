@@ -25,14 +25,6 @@ double tensor_bytes(const verify::Problem& p, bool with_backward) {
   return elems * static_cast<double>(dtype_size(p.dtype)) + q * 4;                     // + lse, fp32
 }
 
-std::string format_bytes(double bytes) {
-  const double mib = bytes / (1024.0 * 1024.0);
-  char buf[32];
-  if (mib < 1e9) std::snprintf(buf, sizeof buf, "%.1f MiB", mib);
-  else std::snprintf(buf, sizeof buf, "%.3g MiB", mib);
-  return buf;
-}
-
 // The machine's physical memory, or 2^63 bytes where it cannot be read.
 double memory_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
@@ -117,13 +109,13 @@ int run_command(const std::vector<std::string>& args) {
               problem.options.causal ? " (bottom-right aligned)" : "");
   const double bytes = tensor_bytes(problem, with_backward);
   std::printf("  inputs   standard normal, seed %llu; %s of tensors\n", static_cast<unsigned long long>(seed),
-              format_bytes(bytes).c_str());
+              format_mib(bytes).c_str());
   std::fflush(stdout);
   // Refused before they are allocated: the tool fills every input, which past the machine's memory would swap
   // or be killed (and sizes over 2^63 bytes would overflow the allocation's own arithmetic).
   if (const double memory = memory_bytes(); bytes > memory) {
     std::fprintf(stderr, "flashtile run: the tensors need %s, more than this machine's %s of memory; "
-                         "try a smaller shape\n", format_bytes(bytes).c_str(), format_bytes(memory).c_str());
+                         "try a smaller shape\n", format_mib(bytes).c_str(), format_mib(memory).c_str());
     return kExitFailed;
   }
   const verify::Case c = verify::Case::make(problem, seed, with_backward);
