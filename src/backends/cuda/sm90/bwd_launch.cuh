@@ -15,10 +15,66 @@
 #include "backends/cuda/device_sms.hpp"
 #include "backends/cuda/sm80/bwd_launch.cuh"  // launch_bwd_dq_convert
 #include "backends/cuda/sm90/bwd_kernel.cuh"
+#include "backends/cuda/sm90/bwd_pair_kernel.cuh"
 #include "backends/cuda/sm90/bwd_launch.hpp"
 #include "backends/cuda/sm90/tma_strides.hpp"
 
 namespace flashtile::cuda::sm90 {
+
+// The tile schedule of a main kernel with tiles of kBlockN keys and steps of kBlockM query rows, run by `workers`
+// persistent CTAs (or clusters): sets p.n_blocks and p.tail_heads and returns the number of tiles, or -1 where
+// there are too many for the kernel's int tile numbers (the counter runs past the last tile by up to a worker each).
+// Where a tile's steps fall with its key block (a causal mask, or any whose rows run to seqlen_q for every key
+// block: a block's first row only grows with it), the last heads' tiles go longest first, so that the grid ends
+// on short tiles: kTailRounds rounds of the grid's tiles, in whole heads (few enough that their Q and dO stay
+// in L2). A count of the hand-out over grid A's causal shapes (steps of equal cost, bench/bwd_tile_balance.py)
+// put the last CTA's end 3-7% past the mean's with every head in key-block order, 0.2-2% with this. Under GQA a
+// K/V head's tiles walk its `group` query heads, so the rounds are counted in query heads: a tail of whole K/V
+// heads `group` times the MHA one would hold `group` times the rows at once (grid G's D = 128 S = 8k, 32 query
+// heads on 8: 36 query heads, over half the call, against 12 this way, for a count of the last CTA 4.8% past
+// the mean instead of 1.1%). Other masks keep key-block order (under a left-only window the steps grow with the
+// block). The deterministic mode numbers every head's tiles that way, whatever the mask (BwdTile, and the
+// ordered dQ in bwd_kernel).
+template <int kBlockM, int kBlockN>
+int64_t schedule_bwd_tiles(BwdKernelParams& p, int64_t workers, bool ordered_dq) {
+  const FwdKernelParams& f = p.fwd;
+  p.n_blocks = (f.seqlen_k + kBlockN - 1) / kBlockN;
+  const int64_t tiles = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
+  if (tiles + workers > INT32_MAX) return -1;
+  constexpr int64_t kTailRounds = 4;
+  const int last_key0 = (p.n_blocks - 1) * kBlockN;
+  const bool falling = BwdTile::end_row<kBlockN>(0, f) == BwdTile::end_row<kBlockN>(last_key0, f) &&
+                       BwdTile::per_head<kBlockM, kBlockN>(0, f) > BwdTile::per_head<kBlockM, kBlockN>(last_key0, f);
+  const int64_t heads = static_cast<int64_t>(f.batch) * p.heads_kv;
+  const int64_t tail_rows = static_cast<int64_t>(p.n_blocks) * f.group;  // a K/V head's tiles, times its queries
+  const int64_t tail_heads =
+      std::min<int64_t>(heads, (kTailRounds * std::min(tiles, workers) + tail_rows - 1) / tail_rows);
+  p.tail_heads = ordered_dq ? static_cast<int>(heads) : falling ? static_cast<int>(tail_heads) : 0;
+  return tiles;
+}
+
+// How many clusters of two bwd_pair_kernel CTAs the device holds at once (0: none fit, or the device has no
+// clusters).
+template <typename Pair>
+cudaError_t pair_clusters_fit(int* clusters) {
+  *clusters = 0;
+  auto kernel = bwd_pair_kernel<Pair>;
+  if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Pair::kSmemBytes);
+      err != cudaSuccess)
+    return err;
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute cluster;
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  config.gridDim = dim3(2, 1, 1), config.blockDim = dim3(Pair::kThreads, 1, 1);
+  config.dynamicSmemBytes = Pair::kSmemBytes;
+  config.attrs = &cluster, config.numAttrs = 1;
+  if (cudaOccupancyMaxActiveClusters(clusters, kernel, &config) != cudaSuccess) {
+    *clusters = 0;
+    (void)cudaGetLastError();  // not an error of the call: the other kernel runs instead
+  }
+  return cudaSuccess;
+}
 
 // p.delta holds bwd_stats_floats() floats (D, then the LSE in log2 units, then the tile counter); p.dq_accum
 // batch x heads_q x dq_accum_rows(seqlen_q, Traits::kDqOrder) x head_dim floats (the workspace has room for the
@@ -38,35 +94,24 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
   p.lse_log2 = p.delta + padded_rows;
   p.tile_counter = reinterpret_cast<int*>(p.lse_log2 + padded_rows);
   p.delta_head_stride = bwd_padded_rows(f.seqlen_q);
-  p.n_blocks = (f.seqlen_k + Traits::kBlockN - 1) / Traits::kBlockN;
-  // The persistent grid: a CTA per SM (one fits: Traits::kSmemBytes), each taking tiles until there are none.
   int sms = 0;
   if (cudaError_t err = current_device_sms(&sms); err != cudaSuccess) return err;
-  const int64_t tiles = static_cast<int64_t>(p.n_blocks) * f.batch * p.heads_kv;
-  // Tile numbers are ints in the kernel, and the counter runs past the last tile by up to a CTA each.
-  if (tiles + sms > INT32_MAX) return cudaErrorInvalidValue;
-  const int64_t ctas = std::min<int64_t>(tiles, sms);
-  // Where a tile's steps fall with its key block (a causal mask, or any whose rows run to seqlen_q for every key
-  // block: a block's first row only grows with it), the last heads' tiles go longest first, so that the grid ends
-  // on short tiles: kTailRounds rounds of the grid's tiles, in whole heads (few enough that their Q and dO stay
-  // in L2). A count of the hand-out over grid A's causal shapes (steps of equal cost, bench/bwd_tile_balance.py)
-  // put the last CTA's end 3-7% past the mean's with every head in key-block order, 0.2-2% with this. Under GQA a
-  // K/V head's tiles walk its `group` query heads, so the rounds are counted in query heads: a tail of whole K/V
-  // heads `group` times the MHA one would hold `group` times the rows at once (grid G's D = 128 S = 8k, 32 query
-  // heads on 8: 36 query heads, over half the call, against 12 this way, for a count of the last CTA 4.8% past
-  // the mean instead of 1.1%). Other masks keep key-block order (under a left-only window the steps grow with the
-  // block). The deterministic mode numbers every head's tiles that way, whatever the mask (BwdTile, and the
-  // ordered dQ in bwd_kernel).
-  constexpr int64_t kTailRounds = 4;
-  const int last_key0 = (p.n_blocks - 1) * Traits::kBlockN;
-  const bool falling =
-      BwdTile::end_row<Traits::kBlockN>(0, f) == BwdTile::end_row<Traits::kBlockN>(last_key0, f) &&
-      BwdTile::per_head<Traits::kBlockM, Traits::kBlockN>(0, f) >
-          BwdTile::per_head<Traits::kBlockM, Traits::kBlockN>(last_key0, f);
-  const int64_t heads = static_cast<int64_t>(f.batch) * p.heads_kv;
-  const int64_t tail_rows = static_cast<int64_t>(p.n_blocks) * f.group;  // a K/V head's tiles, times its queries
-  const int64_t tail_heads = std::min<int64_t>(heads, (kTailRounds * ctas + tail_rows - 1) / tail_rows);
-  p.tail_heads = ordered_dq ? static_cast<int>(heads) : falling ? static_cast<int>(tail_heads) : 0;
+  // D = 256 runs on pairs of CTAs (bwd_pair_kernel.cuh) where that kernel covers the call: no softcap, not the
+  // deterministic mode, and a cluster of two of its CTAs fits on the device.
+  using Pair = BwdPairTraits<Element>;
+  int pair_clusters = 0;
+  if constexpr (kHeadDim == Pair::kHeadDim) {
+    if (!ordered_dq && !(f.softcap > 0)) {
+      if (cudaError_t err = pair_clusters_fit<Pair>(&pair_clusters); err != cudaSuccess) return err;
+    }
+  }
+  const bool pair = pair_clusters > 0;
+  const int64_t tiles = pair ? schedule_bwd_tiles<Pair::kBlockM, Pair::kBlockN>(p, pair_clusters, false)
+                             : schedule_bwd_tiles<Traits::kBlockM, Traits::kBlockN>(p, sms, ordered_dq);
+  if (tiles < 0) return cudaErrorInvalidValue;
+  // The persistent grid: a CTA per SM (one fits: Traits::kSmemBytes), or a pair per cluster the device holds, each
+  // taking tiles until there are none.
+  const int64_t ctas = pair ? 2 * std::min<int64_t>(tiles, pair_clusters) : std::min<int64_t>(tiles, sms);
 
   const int64_t dq_accum_floats =
       static_cast<int64_t>(f.batch) * f.heads_q * sm80::dq_accum_rows(f.seqlen_q, Traits::kDqOrder) * f.head_dim;
@@ -83,6 +128,29 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
     return cute::make_tma_copy(op, Traits::rows_tensor(ptr, seqlen, f.head_dim, heads, f.batch, safe_stride), layout);
   };
   using Load = cute::SM90_TMA_LOAD;
+  if constexpr (kHeadDim == Pair::kHeadDim) {
+    if (pair) {
+      const typename Pair::Params prm{
+          tma(Load{}, f.q, f.seqlen_q, f.heads_q, f.q_stride, typename Pair::SmemLayoutRows{}),
+          tma(Load{}, p.dout, f.seqlen_q, f.heads_q, p.dout_stride, typename Pair::SmemLayoutRows{}),
+          tma(Load{}, f.k, f.seqlen_k, p.heads_kv, f.k_stride, typename Pair::SmemLayoutKeys{}),
+          tma(Load{}, f.v, f.seqlen_k, p.heads_kv, f.v_stride, typename Pair::SmemLayoutKeys{}),
+          tma(Load{}, f.k, f.seqlen_k, p.heads_kv, f.k_stride, typename Pair::SmemLayoutKHalf{}),
+          tma(cute::SM90_TMA_STORE{}, p.dk, f.seqlen_k, p.heads_kv, p.dk_stride, typename Pair::SmemLayoutOut{}),
+          tma(cute::SM90_TMA_STORE{}, p.dv, f.seqlen_k, p.heads_kv, p.dv_stride, typename Pair::SmemLayoutOut{}),
+          p};
+      cudaLaunchConfig_t config = {};
+      cudaLaunchAttribute cluster;
+      cluster.id = cudaLaunchAttributeClusterDimension;
+      cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+      config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1), config.blockDim = dim3(Pair::kThreads, 1, 1);
+      config.dynamicSmemBytes = Pair::kSmemBytes, config.stream = stream;
+      config.attrs = &cluster, config.numAttrs = 1;
+      if (cudaError_t err = cudaLaunchKernelEx(&config, bwd_pair_kernel<Pair>, prm); err != cudaSuccess) return err;
+      sm80::launch_bwd_dq_convert<T, kHeadDim, Traits::kDqOrder>(p, stream);
+      return cudaGetLastError();
+    }
+  }
   // dk and dv leave by TMA from a consumer's staging box up to D = 128 and at D = 256 (bwd_kernel.cuh: TmaKvOut);
   // at D = 192 their descriptors are never read, so none is built.
   auto tma_out = [&](void* ptr, const int64_t(&stride)[3]) {
