@@ -53,6 +53,19 @@ int64_t schedule_bwd_tiles(BwdKernelParams& p, int64_t workers, bool ordered_dq)
   return tiles;
 }
 
+// A launch of `ctas` bwd_pair_kernel CTAs in clusters of two (along x); `cluster` holds the attribute the
+// configuration points at.
+template <typename Pair>
+cudaLaunchConfig_t pair_launch_config(int64_t ctas, cudaStream_t stream, cudaLaunchAttribute& cluster) {
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1), config.blockDim = dim3(Pair::kThreads, 1, 1);
+  config.dynamicSmemBytes = Pair::kSmemBytes, config.stream = stream;
+  config.attrs = &cluster, config.numAttrs = 1;
+  return config;
+}
+
 // How many clusters of two bwd_pair_kernel CTAs the device holds at once (0: none fit, or the device has no
 // clusters).
 template <typename Pair>
@@ -62,13 +75,8 @@ cudaError_t pair_clusters_fit(int* clusters) {
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Pair::kSmemBytes);
       err != cudaSuccess)
     return err;
-  cudaLaunchConfig_t config = {};
   cudaLaunchAttribute cluster;
-  cluster.id = cudaLaunchAttributeClusterDimension;
-  cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-  config.gridDim = dim3(2, 1, 1), config.blockDim = dim3(Pair::kThreads, 1, 1);
-  config.dynamicSmemBytes = Pair::kSmemBytes;
-  config.attrs = &cluster, config.numAttrs = 1;
+  const cudaLaunchConfig_t config = pair_launch_config<Pair>(2, nullptr, cluster);
   if (cudaOccupancyMaxActiveClusters(clusters, kernel, &config) != cudaSuccess) {
     *clusters = 0;
     (void)cudaGetLastError();  // not an error of the call: the other kernel runs instead
@@ -139,13 +147,8 @@ cudaError_t launch_bwd(const BwdKernelParams& params, cudaStream_t stream) {
           tma(cute::SM90_TMA_STORE{}, p.dk, f.seqlen_k, p.heads_kv, p.dk_stride, typename Pair::SmemLayoutOut{}),
           tma(cute::SM90_TMA_STORE{}, p.dv, f.seqlen_k, p.heads_kv, p.dv_stride, typename Pair::SmemLayoutOut{}),
           p};
-      cudaLaunchConfig_t config = {};
       cudaLaunchAttribute cluster;
-      cluster.id = cudaLaunchAttributeClusterDimension;
-      cluster.val.clusterDim.x = 2, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
-      config.gridDim = dim3(static_cast<unsigned>(ctas), 1, 1), config.blockDim = dim3(Pair::kThreads, 1, 1);
-      config.dynamicSmemBytes = Pair::kSmemBytes, config.stream = stream;
-      config.attrs = &cluster, config.numAttrs = 1;
+      const cudaLaunchConfig_t config = pair_launch_config<Pair>(ctas, stream, cluster);
       if (cudaError_t err = cudaLaunchKernelEx(&config, bwd_pair_kernel<Pair>, prm); err != cudaSuccess) return err;
       sm80::launch_bwd_dq_convert<T, kHeadDim, Traits::kDqOrder>(p, stream);
       return cudaGetLastError();
