@@ -764,11 +764,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) bwd_kernel(const __grid_c
           for (int half = 0; half < 2; ++half)
             seen[half] = QueriesSeeingKey(f, key_w0 + static_cast<int>(get<0>(tScS(2 * half))), row0 + query_of(0));
         }
+        // At D = 128 the LSE pairs are loaded while S^T is still on the tensor cores: loaded after its wait, their
+        // address (the thread index, re-read by S2R) and the loads' latency sat on the step's path (session 52's
+        // profile: 7.4% of the stall samples). The 16 registers they hold through the wait spilled at D = 64 and
+        // in the deterministic mode.
+        constexpr bool kLseEarly = !kSoftcap && !kOrderedDq && Traits::kHeadDim == 128;
+        float2 lse2s[size(tSrS) / 4];
+        if constexpr (kLseEarly) {
+          CUTE_UNROLL
+          for (int pair = 0; pair < size(tSrS) / 4; ++pair)
+            lse2s[pair] = ld_shared_pair(&smem.lse2[s][query_of(4 * pair)]);
+        }
         warpgroup_wait<1>();
         warpgroup_fence_operand(tSrS);
         CUTE_UNROLL
         for (int pair = 0; pair < size(tSrS) / 4; ++pair) {
-          const float2 lse2 = ld_shared_pair(&smem.lse2[s][query_of(4 * pair)]);
+          const float2 lse2 = kLseEarly ? lse2s[pair] : ld_shared_pair(&smem.lse2[s][query_of(4 * pair)]);
           CUTE_UNROLL
           for (int e = 4 * pair; e < 4 * pair + 4; ++e) {
             float x = tSrS(e);
