@@ -167,6 +167,17 @@ __device__ __forceinline__ void red_add_global(size_t at, float4 v) {
       "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
 #endif
 }
+// red_add_global where `add` holds, by a predicate rather than a branch: between a wgmma's issue and its wait a
+// branch is a divergent path to ptxas, which then serializes every wgmma of the kernel (C7520).
+__device__ __forceinline__ void red_add_global_if(size_t at, float4 v, bool add) {
+#if __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %5, 0;\n @p red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n}\n" ::"l"(at),
+      "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w), "r"(static_cast<int>(add)));
+#else
+  if (add) red_add_global(at, v);
+#endif
+}
 
 // dQ = the fp32 accumulator (sums of dS / scale times K) times the scale, in the input dtype (default mode), for
 // the row order (kPairInterleaved): one query row per lane group, 8 columns a lane (accumulator rows are

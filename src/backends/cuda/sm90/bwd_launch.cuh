@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <type_traits>
 
 #include "backends/cuda/device_sms.hpp"
@@ -67,7 +69,9 @@ cudaLaunchConfig_t pair_launch_config(int64_t ctas, cudaStream_t stream, cudaLau
 }
 
 // How many clusters of two bwd_pair_kernel CTAs the device holds at once (0: none fit, or the device has no
-// clusters).
+// clusters). The occupancy answer is kept per device (the kernel is fixed by Pair): cudaOccupancyMaxActiveClusters
+// is a much longer host call than a launch's. The shared-memory attribute is set on every call, as the other
+// launchers do, so that a reset device still gets it.
 template <typename Pair>
 cudaError_t pair_clusters_fit(int* clusters) {
   *clusters = 0;
@@ -75,12 +79,22 @@ cudaError_t pair_clusters_fit(int* clusters) {
   if (cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Pair::kSmemBytes);
       err != cudaSuccess)
     return err;
+  int device = 0;
+  if (cudaError_t err = cudaGetDevice(&device); err != cudaSuccess) return err;
+  static std::mutex mutex;
+  static std::map<int, int> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (auto it = known.find(device); it != known.end()) {
+    *clusters = it->second;
+    return cudaSuccess;
+  }
   cudaLaunchAttribute cluster;
   const cudaLaunchConfig_t config = pair_launch_config<Pair>(2, nullptr, cluster);
   if (cudaOccupancyMaxActiveClusters(clusters, kernel, &config) != cudaSuccess) {
     *clusters = 0;
     (void)cudaGetLastError();  // not an error of the call: the other kernel runs instead
   }
+  known.emplace(device, *clusters);
   return cudaSuccess;
 }
 

@@ -247,21 +247,22 @@ struct PairConsumer {
 
   // This consumer's dQ box: 64 rows of the step from row0, 64 columns from col0, by 16-byte reductions into the
   // fragment order (a warp's 16-row band, each thread's four floats of an 8-column block contiguous: the
-  // accumulator's registers as they are; bwd_kernel's reductions).
+  // accumulator's registers as they are; bwd_kernel's reductions). A band past the sequence's end, or a block past
+  // the head dim, is skipped by predicate: the gradient CTA reduces while a wgmma is in flight.
   template <class Acc>
   __device__ void reduce_dq(const Acc& acc, int b, int h, int row0, int col0) const {
     const FwdKernelParams& f = prm.p.fwd;
     const int band0 = row0 + 16 * (tid / 32);
-    if (band0 >= f.seqlen_q) return;
-    float* band = prm.p.dq_accum +
-                  (static_cast<int64_t>(b) * f.heads_q + h) * sm80::dq_accum_fragment_rows(f.seqlen_q) * f.head_dim +
-                  static_cast<int64_t>(band0) * f.head_dim + col0 * 16 + (tid % 32) * 4;
+    const bool band_real = band0 < f.seqlen_q;
+    const size_t band = __cvta_generic_to_global(
+        prm.p.dq_accum +
+        (static_cast<int64_t>(b) * f.heads_q + h) * sm80::dq_accum_fragment_rows(f.seqlen_q) * f.head_dim +
+        static_cast<int64_t>(band0) * f.head_dim + col0 * 16 + (tid % 32) * 4);
     CUTE_UNROLL
-    for (int block = 0; block < DqCols::value / 8; ++block) {
-      if (col0 + 8 * block >= f.head_dim) break;
-      sm80::red_add(band + block * 128,
-                    make_float4(acc(4 * block), acc(4 * block + 1), acc(4 * block + 2), acc(4 * block + 3)));
-    }
+    for (int block = 0; block < DqCols::value / 8; ++block)
+      sm80::red_add_global_if(band + block * 128 * sizeof(float),
+                              make_float4(acc[4 * block], acc[4 * block + 1], acc[4 * block + 2], acc[4 * block + 3]),
+                              band_real && col0 + 8 * block < f.head_dim);
   }
 
   // At a tile's end: this consumer's dK or dV (64 keys x 256, times `scale`) through the keys buffer (box w of
@@ -435,6 +436,10 @@ struct PairConsumer {
 
   // The gradient CTA (rank 1): per step, dP^T_w, P^T_w from the scores CTA, dV (issued behind dP^T), dS^T (to
   // shared memory and the scores CTA), dQ. Each step issues its own dP^T, so no wgmma is in flight across steps.
+  // A step's dQ is reduced into global memory at the next step's top, behind that step's dP^T, not at its own
+  // end: the REDGs read their registers late, and the first instruction that reused one (an address at the next
+  // step's top) waited for them before dP^T could be issued, with the tensor cores idle (5.2% of the pair's stall
+  // samples, docs/perf-log.md). A tile's last step reduces its own (nothing follows it in the tile).
   __device__ __forceinline__ void run_gradients() {
     using namespace cute;
     const BwdKernelParams& p = prm.p;
@@ -451,6 +456,9 @@ struct PairConsumer {
     auto sKhT_w = local_tile(sKhT, Shape<DqCols, N>{}, make_coord(w, 0));  // dQ's columns 128 + 64 w ..
     auto tVrdV = partition_fragment_C(mma_dv, Shape<HalfN, D>{});
     auto tSrdP = partition_fragment_C(mma_s, Shape<HalfN, M>{});  // dP^T, issued at each step's top
+    // dQ's box of the step before, reduced a step later: a copy, because the wgmma's accumulator kept live across
+    // steps made ptxas serialize every wgmma (C7520); ptxas leaves the copy in the accumulator's registers.
+    cute::array<float, Traits::kBlockM * DqCols::value / 128> dq_prev;
     auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, T>{}, mma_s);
     auto thr_stsm = stsm.get_thread_slice(tid);
     const uint32_t p_empty_peer = peer_address(&smem.p_empty[w][0], peer);  // buffer 1's follows (uint64_t)
@@ -462,11 +470,15 @@ struct PairConsumer {
       auto sdO = make_tensor(make_smem_ptr(stage_rows(j % stages)), typename Traits::SmemLayoutRows{});
       issue_mma(mma_s, thr_s.partition_fragment_A(sV_w), thr_s.partition_fragment_B(sdO), tSrdP, false);
     };
-    auto grads_step = [&](const BwdTile& t, int j, int h, int row0) {
+    // Step j (rows from row0 of head h); with kDeferred, the previous step's dQ (rows from prev_row0 of head
+    // prev_h) is reduced behind dP^T, and this step's is left for the next step.
+    auto grads_step = [&](const BwdTile& t, int j, int h, int row0, int prev_h, int prev_row0, auto deferred) {
+      constexpr bool kDeferred = decltype(deferred)::value;
       const int s = j % stages, slot = j % 2;
       // P^T from the scores CTA, in T (for dV as it is, and for dS^T in fp32); p_x is released once dV's wgmma
       // has been issued: it reads the registers loaded from p_x, so every warp's loads of it have returned.
       issue_dp(j);
+      if (kDeferred) reduce_dq(dq_prev, t.b, prev_h, prev_row0, 128 + 64 * w);
       const int b = j % 2;  // P^T's buffer
       if (tid == 0) FullBarrier::arrive_and_expect_tx(&smem.p_full[w][b], Traits::kPBytes);
       FullBarrier::wait(&smem.p_full[w][b], (j / 2) % 2);
@@ -511,7 +523,8 @@ struct PairConsumer {
       warpgroup_fence_operand(tVrdV);
       warpgroup_fence_operand(tQrdQ);
       EmptyBarrier::arrive(&smem.empty[s]);
-      reduce_dq(tQrdQ, t.b, h, row0, 128 + 64 * w);
+      CUTE_UNROLL
+      for (int e = 0; e < size(tQrdQ); ++e) dq_prev[e] = tQrdQ(e);
     };
 
     int step = 0;
@@ -522,9 +535,15 @@ struct PairConsumer {
       clear(tVrdV);
       FullBarrier::wait(&smem.kv_full, k % 2);
       int h = t.hk * f.group, row0 = t.row_start;
-      for (int i = 0; i < t.steps; ++i, ++step) {
-        grads_step(t, step, h, row0);
-        t.next_step<kBlockM, true>(row0, h);
+      if (t.steps > 0) {
+        grads_step(t, step, h, row0, 0, 0, std::false_type{});
+        for (int i = 1; i < t.steps; ++i) {
+          const int prev_h = h, prev_row0 = row0;
+          t.next_step<kBlockM, true>(row0, h);
+          grads_step(t, ++step, h, row0, prev_h, prev_row0, std::true_type{});
+        }
+        ++step;
+        reduce_dq(dq_prev, t.b, h, row0, 128 + 64 * w);  // the tile's last step's
       }
       store_keys(mma_dv, tVrdV, 1.0f, prm.tma_dv, t);
     }
