@@ -533,8 +533,14 @@ bool cuda_available(std::string* why) { return DeviceMirror::available(why); }
 
 CheckResult check(const Problem& problem, uint64_t seed, Backend backend, bool with_backward, Device device) {
   CheckResult r;
-  if (device == Device::kCUDA && !cuda_available(&r.error)) return r;
+  if (device == Device::kCUDA && !cuda_available(&r.error)) return r;  // before making inputs for nothing
   Case c = Case::make(problem, seed, with_backward);
+  return check(c, backend, with_backward, device);
+}
+
+CheckResult check(Case& c, Backend backend, bool with_backward, Device device) {
+  CheckResult r;
+  if (device == Device::kCUDA && !cuda_available(&r.error)) return r;
   DeviceMirror mirror;
   auto on = [&](const HostTensor& t) { return device == Device::kCUDA ? mirror.view(t) : t.view(); };
   ForwardParams f = c.forward_params(backend);
@@ -562,7 +568,7 @@ CheckResult check(const Problem& problem, uint64_t seed, Backend backend, bool w
     check_written(r, "dv", c.dv);
   }
   const Reference want = oracle(c, with_backward), base = baseline(c, with_backward);
-  const DType dt = problem.dtype;
+  const DType dt = c.problem.dtype;
   r.verdicts.push_back(compare("out", c.out.to_doubles(), want.o, base.o, dt, 2.0));
   r.verdicts.push_back(compare_lse(c.lse.to_doubles(), want.lse, dt));
   if (with_backward) {

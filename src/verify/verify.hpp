@@ -134,6 +134,9 @@ struct CheckResult {
 // the call, so the same checks apply; the result's error says so if no CUDA device is usable.
 CheckResult check(const Problem& problem, uint64_t seed, Backend backend, bool with_backward,
                   Device device = Device::kCPU);
+// The same for a case the caller made and then edited (inputs rescaled, say); its outputs must still hold the
+// poison Case::make left in them. The outputs are read back into c.
+CheckResult check(Case& c, Backend backend, bool with_backward, Device device = Device::kCPU);
 
 // A usable CUDA device and a build with the CUDA backend; `why` says what is missing otherwise.
 bool cuda_available(std::string* why);

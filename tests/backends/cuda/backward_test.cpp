@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "support/large_logits.hpp"
 #include "support/reversal_error.hpp"
 #include "support/scoped_env.hpp"
 #include "verify/device_mirror.hpp"
@@ -546,6 +547,66 @@ void expect_zero_and_negative_scale_pass(Backend backend, uint64_t seed) {
 TEST_F(CudaBackward, ZeroAndNegativeScale) { expect_zero_and_negative_scale_pass(Backend::kCudaSm80, 15100); }
 
 TEST_F(CudaBackwardSm90, ZeroAndNegativeScale) { expect_zero_and_negative_scale_pass(Backend::kCudaSm90, 15200); }
+
+// Gradients at huge logits (support/large_logits.hpp; forward_test.cpp, LargeLogitsRowsComeOutRight). The
+// backward rebuilds P = 2^(S * scale_log2 - LSE) with the exact product, against an LSE rounded to fp32 (twice:
+// stored in natural units): for a row's largest score P came out 2^r, r up to a few units in the last place of the
+// LSE in log2 units (hundreds at |S| ~ 1e10), far above 1: dV and dS inf or NaN. There the LSE is now read raised
+// above its rounding (sm80::lse_log2), so P <= 1. No precision is promised at such logits: there the rebuilt P of
+// the largest score can come out anywhere in [0, 1] (dV off by that row's dO), and dQ and dK carry the rounding of
+// D = rowsum(dO * O) times the scale and |K| or |Q|. What holds: O and the LSE match the oracle, no gradient is inf or NaN, and each
+// P <= 1 bounds |dV[j, d]| by the sum over the rows of |dO[i, d]|.
+void expect_large_logit_gradients_bounded(const Problem& p, uint64_t seed, Backend backend) {
+  for (test::LargeLogitCase& lc : test::large_logit_cases(p, seed, /*with_backward=*/true)) {
+    const verify::Case& c = lc.c;
+    const std::string what = p.describe() + " seed " + std::to_string(seed) + ", q and k x" + std::to_string(lc.factor);
+    const verify::CheckResult r = test::check_large_logit_case(lc.c, backend, /*with_backward=*/true);
+    ASSERT_TRUE(r.error.empty()) << what << ": " << r.error;
+    for (const verify::Verdict& v : r.verdicts) {
+      const bool forward = v.name == "out" || v.name == "lse";
+      EXPECT_TRUE(forward ? v.pass : v.nonfinite == 0) << what << ": " << v.summary();
+    }
+    const int64_t group = p.heads_q / p.heads_kv;
+    int64_t above = 0;
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t hk = 0; hk < p.heads_kv; ++hk)
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          double bound = 0;
+          for (int64_t h = hk * group; h < (hk + 1) * group; ++h)
+            for (int64_t i = 0; i < p.seqlen_q; ++i) bound += std::fabs(c.dout.get({b, i, h, d}));
+          for (int64_t j = 0; j < p.seqlen_k; ++j) above += std::fabs(c.dv.get({b, j, hk, d})) > 1.01 * bound;
+        }
+    EXPECT_EQ(above, 0) << what << ": elements of dV above the sum of |dO| over the rows";
+  }
+}
+
+TEST_F(CudaBackward, LargeLogitsGradientsStayFiniteAndBounded) {
+  uint64_t seed = 15700;
+  struct Mode {
+    int64_t head_dim;
+    bool deterministic;  // the deterministic mode's dQ kernel (bwd_dq_kernel) rebuilds P too
+  };
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (const Mode m : {Mode{64, false}, Mode{128, false}, Mode{256, false}, Mode{128, true}})
+      for (bool causal : {false, true}) {
+        Problem p = make_problem(1, 300, 300, 2, 2, m.head_dim, dt);
+        p.options.causal = causal;
+        p.deterministic = m.deterministic;
+        expect_large_logit_gradients_bounded(p, seed++, Backend::kCudaSm80);
+      }
+}
+
+// D = 256 outside the deterministic mode runs on pairs of CTAs (bwd_pair_kernel.cuh), the others on bwd_kernel.
+TEST_F(CudaBackwardSm90, LargeLogitsGradientsStayFiniteAndBounded) {
+  uint64_t seed = 15800;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (int64_t d : {64, 128, 256})
+      for (bool causal : {false, true}) {
+        Problem p = make_problem(1, 300, 300, 2, 2, d, dt);
+        p.options.causal = causal;
+        expect_large_logit_gradients_bounded(p, seed++, Backend::kCudaSm90);
+      }
+}
 
 TEST_F(CudaBackward, UnsupportedHeadDimIsRefused) {
   const verify::CheckResult r =

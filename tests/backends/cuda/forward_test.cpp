@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "support/large_logits.hpp"
 #include "support/reversal_error.hpp"
 #include "support/scoped_env.hpp"
 #include "verify/device_mirror.hpp"
@@ -170,6 +171,30 @@ TEST_P(CudaForward, RowOfNaNScoresComesOutNaN) {
           ASSERT_EQ(std::isnan(c.out.get({0, i, h, j})), poisoned) << "D " << d << " head " << h << " out row " << i;
       }
   }
+}
+
+// Huge logits (support/large_logits.hpp: |S| up to 4e10-6e10 and 3e12-4e12 in bf16, 1e10 in fp16). Each exponent is
+// one FFMA, S * scale_log2 - shift, whose product is exact while the shift, the row max's product, was rounded
+// to fp32: the row max's own exponent was that rounding error r, up to half a unit in the last place of the
+// max's exponent (below 2^33 and 2^39 in bf16: |r| up to 2^8 and 2^14; 2^31 in fp16: up to 2^6). Before the shift
+// was rounded down and the exponents capped (quad_reduce.cuh), 2^r overflowed (O = inf / inf) or flushed every
+// exponential of the row to 0 (O = 0 / 0, LSE = -inf), alpha = 2^r rescaled O on every later key tile where the
+// max stayed, and in fp16 P = 2^r >= 2^16 was inf: rows that see keys came out NaN, a large share of them. Every
+// row must now come out finite and right.
+TEST_P(CudaForward, LargeLogitsRowsComeOutRight) {
+  uint64_t seed = 9600;
+  for (DType dt : {DType::kBFloat16, DType::kFloat16})
+    for (int64_t d : {64, 128})  // sm90: 64 rescales at every tile, 128 lazily
+      for (bool causal : {false, true}) {
+        Problem p = make_problem({1, 300, 300, 2, 2, d}, dt);
+        p.options.causal = causal;
+        for (test::LargeLogitCase& lc : test::large_logit_cases(p, seed, /*with_backward=*/false)) {
+          const verify::CheckResult r = test::check_large_logit_case(lc.c, GetParam(), /*with_backward=*/false);
+          EXPECT_TRUE(r.pass()) << p.describe() << " seed " << seed << ", q and k x" << lc.factor << ": "
+                                << r.summary();
+        }
+        ++seed;
+      }
 }
 
 TEST_P(CudaForward, EmptyProblems) {

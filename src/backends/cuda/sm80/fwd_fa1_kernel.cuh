@@ -68,14 +68,14 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_fa1_kernel(const FwdKern
 #pragma unroll
           for (int n = 0; n < kBlockN / 8; ++n) mx = fmaxf(mx, fmaxf(acc_s[s][n][2 * hr], acc_s[s][n][2 * hr + 1]));
           mx = quad_max(mx);
-          const float shift = mx == -INFINITY ? 0.0f : mx * p.scale_log2;
-          const float alpha = exp2_approx(m_old * p.scale_log2 - shift);
+          const float shift = softmax_shift(mx, p.scale_log2);
+          const float alpha = exp2_capped(fmaf(m_old, p.scale_log2, -shift), 0.0f);
           float sum = 0.0f;
 #pragma unroll
           for (int n = 0; n < kBlockN / 8; ++n)
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
-              const float pe = exp2_approx(fmaf(acc_s[s][n][2 * hr + e], p.scale_log2, -shift));
+              const float pe = exp2_capped(fmaf(acc_s[s][n][2 * hr + e], p.scale_log2, -shift), kMaxExponent);
               acc_s[s][n][2 * hr + e] = pe;
               sum += pe;
             }

@@ -156,8 +156,8 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
 
         if (visible) {
           // Online softmax. A row's 4 owners (lanes 4g..4g+3) agree on its max through two shuffles.
-          float o_scale[kMSlices][2];
-          bool max_moved = false;
+          float o_scale[kMSlices][2], shift[kMSlices][2], alpha[kMSlices][2];
+          bool max_moved = false, huge = false;
 #pragma unroll
           for (int s = 0; s < kMSlices; ++s)
 #pragma unroll
@@ -166,26 +166,39 @@ __global__ void __launch_bounds__(Traits::kThreads) fwd_kernel(const FwdKernelPa
 #pragma unroll
               for (int n = 0; n < kNB; ++n) mx = fmaxf(mx, fmaxf(acc_s[s][n][2 * hr], acc_s[s][n][2 * hr + 1]));
               mx = quad_max(mx);
-              const float shift = mx == -INFINITY ? 0.0f : mx * p.scale_log2;  // a row with no key yet
-              const float alpha = exp2_approx(row_max[s][hr] * p.scale_log2 - shift);
+              shift[s][hr] = softmax_shift(mx, p.scale_log2);
+              alpha[s][hr] = exp2_capped(fmaf(row_max[s][hr], p.scale_log2, -shift[s][hr]), 0.0f);
               row_max[s][hr] = mx;
-              float sum = 0.0f;
-#pragma unroll
-              for (int n = 0; n < kNB; ++n)
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                  const float pe = exp2_approx(fmaf(acc_s[s][n][2 * hr + e], p.scale_log2, -shift));
-                  acc_s[s][n][2 * hr + e] = pe;
-                  sum += pe;
-                }
-              if (kVariant & kRescaleEveryStep) {  // FA1 keeps full sums: reduce across the row's 4 owners now
-                sum = quad_sum(sum);
-              }
-              // FA1 stores O normalised, so it first multiplies back by the old sum; FA2 only rescales.
-              o_scale[s][hr] = (kVariant & kRescaleEveryStep) ? alpha * row_sum[s][hr] : alpha;
-              max_moved |= o_scale[s][hr] != 1.0f;
-              row_sum[s][hr] = row_sum[s][hr] * alpha + sum;
+              huge |= shift_needs_cap(shift[s][hr]);
             }
+          auto exponents = [&](auto capped) {
+#pragma unroll
+            for (int s = 0; s < kMSlices; ++s)
+#pragma unroll
+              for (int hr = 0; hr < 2; ++hr) {
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < kNB; ++n)
+#pragma unroll
+                  for (int e = 0; e < 2; ++e) {
+                    const float x = fmaf(acc_s[s][n][2 * hr + e], p.scale_log2, -shift[s][hr]);
+                    const float pe = decltype(capped)::value ? exp2_capped(x, kMaxExponent) : exp2_approx(x);
+                    acc_s[s][n][2 * hr + e] = pe;
+                    sum += pe;
+                  }
+                if (kVariant & kRescaleEveryStep) {  // FA1 keeps full sums: reduce across the row's 4 owners now
+                  sum = quad_sum(sum);
+                }
+                // FA1 stores O normalised, so it first multiplies back by the old sum; FA2 only rescales.
+                o_scale[s][hr] = (kVariant & kRescaleEveryStep) ? alpha[s][hr] * row_sum[s][hr] : alpha[s][hr];
+                max_moved |= o_scale[s][hr] != 1.0f;
+                row_sum[s][hr] = row_sum[s][hr] * alpha[s][hr] + sum;
+              }
+          };
+          if (__any_sync(0xffffffffu, huge))  // a warp vote: a uniform branch (shift_needs_cap)
+            exponents(std::true_type{});
+          else
+            exponents(std::false_type{});
           // alpha is exactly 1 for a row whose max did not move, as for most rows once the max has settled: the
           // warp skips the kMSlices * kHeadDim / 2 multiplies unless one of its rows moved (where the table says
           // the vote pays, fwd_config.hpp).

@@ -241,9 +241,9 @@ struct Consumer {
   }
 
   // Softcap, then the mask (kMasked: this tile has keys some of the warpgroup's rows do not see), then
-  // P = exp2(S * scale_log2 - shift) in place in S (the shift is row_max * scale_log2; row_max may trail the
-  // true max), the running sums, and in alpha the factor O must be scaled by for the change of row_max
-  // (rescale_o, once no product writes O any more).
+  // P = exp2(S * scale_log2 - shift) in place in S (the shift is row_max * scale_log2 rounded down, softmax_shift;
+  // row_max may trail the true max), the running sums, and in alpha the factor O must be scaled by for the change
+  // of row_max (rescale_o, once no product writes O any more).
   template <bool kMasked>
   __device__ void softmax(int col0, const FwdKernelParams& f, float (&alpha)[2]) {
     using namespace cute;
@@ -279,26 +279,34 @@ struct Consumer {
     }
     // warp-uniform, so that rescale_o's test is a uniform branch
     rescale = kLazyRescale ? __any_sync(0xffffffffu, grew) : true;
+    float shift[2];
     CUTE_UNROLL
     for (int hr = 0; hr < 2; ++hr) {
-      if (rescale) {
-        const float shift = mx[hr] == -INFINITY ? 0.0f : mx[hr] * f.scale_log2;  // a row with no key yet
-        alpha[hr] = exp2_approx(row_max[hr] * f.scale_log2 - shift);
-        row_max[hr] = mx[hr];
-      } else {
-        alpha[hr] = 1.0f;
-      }
-      const float shift = row_max[hr] == -INFINITY ? 0.0f : row_max[hr] * f.scale_log2;
-      float part[kPairs];
-      CUTE_UNROLL
-      for (int m = 0; m < kPairs; ++m) {
-        const int i = 2 * hr + 4 * m;
-        tSrS(i) = exp2_approx(fmaf(tSrS(i), f.scale_log2, -shift));
-        tSrS(i + 1) = exp2_approx(fmaf(tSrS(i + 1), f.scale_log2, -shift));
-        part[m] = tSrS(i) + tSrS(i + 1);
-      }
-      row_sum[hr] = row_sum[hr] * alpha[hr] + tree_reduce<kPairs>(part, [](float a, float b) { return a + b; });
+      shift[hr] = softmax_shift(rescale ? mx[hr] : row_max[hr], f.scale_log2);
+      alpha[hr] = rescale ? exp2_capped(fmaf(row_max[hr], f.scale_log2, -shift[hr]), 0.0f) : 1.0f;
+      if (rescale) row_max[hr] = mx[hr];
     }
+    auto exponents = [&](auto capped) {
+      CUTE_UNROLL
+      for (int hr = 0; hr < 2; ++hr) {
+        float part[kPairs];
+        CUTE_UNROLL
+        for (int m = 0; m < kPairs; ++m) {
+          const int i = 2 * hr + 4 * m;
+          CUTE_UNROLL
+          for (int e = i; e < i + 2; ++e) {
+            const float x = fmaf(tSrS(e), f.scale_log2, -shift[hr]);
+            tSrS(e) = decltype(capped)::value ? exp2_capped(x, kMaxExponent) : exp2_approx(x);
+          }
+          part[m] = tSrS(i) + tSrS(i + 1);
+        }
+        row_sum[hr] = row_sum[hr] * alpha[hr] + tree_reduce<kPairs>(part, [](float a, float b) { return a + b; });
+      }
+    };
+    if (__any_sync(0xffffffffu, shift_needs_cap(shift[0]) || shift_needs_cap(shift[1])))  // a uniform branch
+      exponents(std::true_type{});
+    else
+      exponents(std::false_type{});
   }
 
   // The mask only where the tile needs it: a runtime test inside softmax would be if-converted into predicated
@@ -339,8 +347,9 @@ struct Consumer {
       // (fmaxf skips NaN) but sums NaN: it depends on the input and comes out NaN, as the oracle gives it.
       const bool seen = row_max[hr] != -INFINITY || l != 0.0f;
       // l >= 1 where the row saw a key (its largest score weighs exp2(>= 0): row_max trails the true max, never
-      // leads it), so the approximate reciprocal (one MUFU.RCP, ~1 ulp) needs none of the IEEE division's
-      // denormal paths and branches, which ran with the tensor cores idle (both warpgroups end a tile together).
+      // leads it, and the shift is rounded down), so the approximate reciprocal (one MUFU.RCP, ~1 ulp) needs none
+      // of the IEEE division's denormal paths and branches, which ran with the tensor cores idle (both warpgroups
+      // end a tile together).
       inv[hr] = seen ? __fdividef(1.0f, l) : 0.0f;
       lse[hr] = seen ? (row_max[hr] * f.scale_log2 + __log2f(l)) * 0.6931471805599453f : -INFINITY;
     }
