@@ -434,10 +434,10 @@ struct PairConsumer {
     }
   }
 
-  // The gradient CTA (rank 1): per step, dP^T_w, P^T_w from the scores CTA, dV (issued behind dP^T), dS^T (to
-  // shared memory and the scores CTA), dQ. Each step issues its own dP^T, so no wgmma is in flight across steps.
-  // A step's dQ is reduced into global memory at the next step's top, behind that step's dP^T, not at its own
-  // end: the REDGs read their registers late, and the first instruction that reused one (an address at the next
+  // The gradient CTA (rank 1): per step, dP^T_w, dV (P^T_w from the scores CTA, loaded before the step; issued
+  // behind dP^T), dS^T (to shared memory and the scores CTA), dQ. Each step issues its own dP^T, so no wgmma is in
+  // flight across steps. A step's dQ is reduced into global memory at the next step's top, behind that step's dP^T
+  // and dV, not at its own end: the REDGs read their registers late, and the first instruction that reused one (an address at the next
   // step's top) waited for them before dP^T could be issued, with the tensor cores idle (5.2% of the pair's stall
   // samples, docs/perf-log.md). A tile's last step reduces its own (nothing follows it in the tile).
   __device__ __forceinline__ void run_gradients() {
