@@ -80,9 +80,11 @@ struct BwdPairTraits {
 
   static constexpr int kRowElems = cute::cosize_v<SmemLayoutRows>, kDsElems = cute::cosize_v<SmemLayoutDs>;
   struct SharedStorage {
-    alignas(1024) T keys[cute::cosize_v<SmemLayoutKeys>];  // K or V; at a tile's end dK or dV staged (SmemLayoutOut)
+    alignas(1024) T keys[cute::cosize_v<SmemLayoutKeys>];  // K or V; at a tile's end dV staged (SmemLayoutOut;
+                                                           // dK too where the tile had no step)
     alignas(1024) T side[cute::cosize_v<SmemLayoutKHalf>];  // the gradient CTA's K[:, 128:256]; the scores CTA's
-                                                            // two dS^T slots (from the gradient CTA)
+                                                            // two dS^T slots (from the gradient CTA), and at a
+                                                            // tile's end its consumer 0's dK staged
     alignas(1024) T rows[2 * kRowElems];                    // ring stages 0 and 1 (Q or dO)
     // The scores CTA's P^T for the gradient CTA, in T: consumer w's elements 8 q .. 8 q + 7 of thread t as 16 bytes
     // at [w][q][t] (the first half of p_x[w]); in the scores CTA, its third Q stage.
@@ -265,16 +267,24 @@ struct PairConsumer {
                               band_real && col0 + 8 * block < f.head_dim);
   }
 
-  // At a tile's end: this consumer's dK or dV (64 keys x 256, times `scale`) through the keys buffer (box w of
-  // SmemLayoutOut, once both consumers' products are done with K or V) to global memory by TMA; the buffer is
-  // released for the next tile's keys once the store has read it.
+  // At a tile's end, once this consumer's last products are done: both consumers meet, so that neither stages
+  // into what the other's products still read (the keys, the dS^T slots, the last stage); where the tile stages
+  // outside the keys buffer (`keys_free`), that buffer is released now, so that the next tile's keys load while
+  // this tile's stores go out.
+  __device__ void end_products(bool keys_free) const {
+    named_sync(kKvBarrier, 2 * 128);
+    if (keys_free) EmptyBarrier::arrive(&smem.kv_empty);
+  }
+  __device__ T* keys_box() const { return smem.keys + w * cute::cosize_v<typename Traits::SmemLayoutOut>; }
+  // Then this consumer's dK or dV (64 keys x 256, times `scale`) staged at `box` (a SmemLayoutOut: box w of the
+  // keys buffer, or a buffer outside it) and stored to global memory by TMA. Once the store has read the box, the
+  // keys buffer is released if the box is in it, and `stage_empty` (a ring stage staged in, or null).
   template <class Mma, class Acc, class Tma>
-  __device__ void store_keys(Mma& mma, Acc& acc, float scale, const Tma& tma, const BwdTile& t) const {
+  __device__ void store_keys(Mma& mma, Acc& acc, float scale, const Tma& tma, const BwdTile& t, T* box,
+                             uint64_t* stage_empty) const {
     using namespace cute;
     const FwdKernelParams& f = prm.p.fwd;
-    named_sync(kKvBarrier, 2 * 128);
-    auto sOut = make_tensor(make_smem_ptr(smem.keys + w * cosize_v<typename Traits::SmemLayoutOut>),
-                            typename Traits::SmemLayoutOut{});
+    auto sOut = make_tensor(make_smem_ptr(box), typename Traits::SmemLayoutOut{});
     auto stsm = make_tiled_copy_C(Copy_Atom<SM90_U32x4_STSM_N, T>{}, mma);
     auto thr_stsm = stsm.get_thread_slice(tid);
     auto r = make_tensor_like<T>(acc);
@@ -293,7 +303,8 @@ struct PairConsumer {
       tma_store_wait<0>();
     }
     named_sync(1 + w, 128);
-    EmptyBarrier::arrive(&smem.kv_empty);
+    if (box == keys_box()) EmptyBarrier::arrive(&smem.kv_empty);
+    if (stage_empty != nullptr) EmptyBarrier::arrive(stage_empty);
   }
 
   // The scores CTA (rank 0): per step j, S^T_w and P^T_w of step j + 1 (issued first, so that they run while step
@@ -367,8 +378,10 @@ struct PairConsumer {
                       p_full_peer + b * sizeof(uint64_t));
     };
     // Step j's dQ and dK (rows from row0 of head h), and with kAhead S^T and P^T of step j + 2 (rows from
-    // ahead_row0) first.
-    auto grads_step = [&](const BwdTile& t, int j, int h, int row0, int ahead_row0, int key_w0, auto ahead) {
+    // ahead_row0) first. keep_stage: the step's Q stage is not released here (the tile's last step, where consumer
+    // 1 stages its dK in it: store_keys releases it).
+    auto grads_step = [&](const BwdTile& t, int j, int h, int row0, int ahead_row0, int key_w0, bool keep_stage,
+                          auto ahead) {
       constexpr bool kAhead = decltype(ahead)::value;
       auto tSrS = partition_fragment_C(mma_s, Shape<HalfN, M>{});
       if constexpr (kAhead) issue_scores(j + 2, tSrS);
@@ -391,7 +404,7 @@ struct PairConsumer {
       reduce_dq(tQrdQ, t.b, h, row0, 64 * w);
       warpgroup_wait<0>();  // dK: this step's Q stage and dS^T slot are read
       warpgroup_fence_operand(tKrdK);
-      EmptyBarrier::arrive(&smem.empty[j % stages]);
+      if (!keep_stage) EmptyBarrier::arrive(&smem.empty[j % stages]);
       __syncwarp();
       if (tid % 32 == 0) arrive_peer(ds_empty_peer + slot * sizeof(uint64_t));
     };
@@ -422,24 +435,36 @@ struct PairConsumer {
         for (; i + 2 < t.steps; ++i, ++step) {
           int row2 = row1, h2 = h1;
           t.next_step<kBlockM, true>(row2, h2);
-          grads_step(t, step, h, row0, row2, key_w0, std::true_type{});
+          grads_step(t, step, h, row0, row2, key_w0, false, std::true_type{});
           row0 = row1, h = h1, row1 = row2, h1 = h2;
         }
         for (; i < t.steps; ++i, ++step) {
-          grads_step(t, step, h, row0, 0, key_w0, std::false_type{});
+          grads_step(t, step, h, row0, 0, key_w0, w == 1 && i + 1 == t.steps, std::false_type{});
           row0 = row1, h = h1;
         }
       }
-      store_keys(mma_dk, tKrdK, p.scale, prm.tma_dk, t);
+      // dK staged outside K where the tile had steps, so that the next tile's K loads under the stores (the tile
+      // start waited for it: session 52's profile, 4.6% of the samples at S = 512): consumer 0's in the two dS^T
+      // slots (the gradient CTA sends the next tile's first dS^T only once it has this consumer's first P^T),
+      // consumer 1's in the tile's last Q stage (released after the store).
+      end_products(t.steps > 0);
+      if (t.steps > 0) {
+        const int s_last = (step - 1) % stages;
+        store_keys(mma_dk, tKrdK, p.scale, prm.tma_dk, t, w == 0 ? smem.side : stage_rows(s_last),
+                   w == 0 ? nullptr : &smem.empty[s_last]);
+      } else {
+        store_keys(mma_dk, tKrdK, p.scale, prm.tma_dk, t, keys_box(), nullptr);
+      }
     }
   }
 
-  // The gradient CTA (rank 1): per step, dP^T_w, dV (P^T_w from the scores CTA, loaded before the step; issued
-  // behind dP^T), dS^T (to shared memory and the scores CTA), dQ. Each step issues its own dP^T, so no wgmma is in
-  // flight across steps. A step's dQ is reduced into global memory at the next step's top, behind that step's dP^T
-  // and dV, not at its own end: the REDGs read their registers late, and the first instruction that reused one (an address at the next
-  // step's top) waited for them before dP^T could be issued, with the tensor cores idle (5.2% of the pair's stall
-  // samples, docs/perf-log.md). A tile's last step reduces its own (nothing follows it in the tile).
+  // The gradient CTA (rank 1): per step, dP^T_w, dV (P^T_w from the scores CTA, loaded before the step, or at a
+  // tile's first step behind dP^T's issue; dV issued behind dP^T), dS^T (to shared memory and the scores CTA), dQ.
+  // Each step issues its own dP^T, so no wgmma is in flight across steps. A step's dQ is reduced into global memory
+  // at the next step's top, behind that step's dP^T and dV, not at its own end: the REDGs read their registers
+  // late, and the first instruction that reused one (an address at the next step's top) waited for them before
+  // dP^T could be issued, with the tensor cores idle (5.2% of the pair's stall samples, docs/perf-log.md). A tile's
+  // last step reduces its own (nothing follows it in the tile).
   __device__ __forceinline__ void run_gradients() {
     using namespace cute;
     const BwdKernelParams& p = prm.p;
@@ -456,7 +481,7 @@ struct PairConsumer {
     auto sKhT_w = local_tile(sKhT, Shape<DqCols, N>{}, make_coord(w, 0));  // dQ's columns 128 + 64 w ..
     auto tVrdV = partition_fragment_C(mma_dv, Shape<HalfN, D>{});
     auto tSrdP = partition_fragment_C(mma_s, Shape<HalfN, M>{});  // dP^T, issued at each step's top
-    auto rP = make_tensor_like<T>(tSrdP);  // P^T of the step at hand, loaded before it (load_probs)
+    auto rP = make_tensor_like<T>(tSrdP);  // P^T of the step at hand (load_probs)
     // dQ's box of the step before, reduced a step later: a copy, because the wgmma's accumulator kept live across
     // steps made ptxas serialize every wgmma (C7520); ptxas leaves the copy in the accumulator's registers.
     cute::array<float, Traits::kBlockM * DqCols::value / 128> dq_prev;
@@ -471,9 +496,9 @@ struct PairConsumer {
       auto sdO = make_tensor(make_smem_ptr(stage_rows(j % stages)), typename Traits::SmemLayoutRows{});
       issue_mma(mma_s, thr_s.partition_fragment_A(sV_w), thr_s.partition_fragment_B(sdO), tSrdP, false);
     };
-    // P^T of step j from the scores CTA, in T (for dV as it is, and for dS^T in fp32), into rP: loaded before the
-    // step (the tile's first, or at the end of the step before), so that the step's dV is issued right behind its
-    // dP^T instead of after the loads' latency (session 53's profile: 2.2% of the samples on the first use of P^T).
+    // P^T of step j from the scores CTA, in T (for dV as it is, and for dS^T in fp32), into rP: loaded at the end
+    // of the step before, so that the step's dV is issued right behind its dP^T instead of after the loads' latency
+    // (session 53's profile: 2.2% of the samples on the first use of P^T); a tile's first step loads it itself.
     auto load_probs = [&](int j) {
       const int b = j % 2;  // P^T's buffer
       if (tid == 0) FullBarrier::arrive_and_expect_tx(&smem.p_full[w][b], Traits::kPBytes);
@@ -486,11 +511,14 @@ struct PairConsumer {
       }
     };
     // Step j (rows from row0 of head h), its P^T in rP; with kDeferred, the previous step's dQ (rows from prev_row0
-    // of head prev_h) is reduced behind dP^T, and this step's is left for the next step.
+    // of head prev_h) is reduced behind dP^T, and this step's is left for the next step. Without (a tile's first
+    // step) P^T is loaded here, behind dP^T's issue: at a tile's start the scores CTA is still making it (its S^T
+    // waited for the tile's K), so the gradient CTA's dP^T runs meanwhile instead of after it.
     auto grads_step = [&](const BwdTile& t, int j, int h, int row0, int prev_h, int prev_row0, auto deferred) {
       constexpr bool kDeferred = decltype(deferred)::value;
       const int s = j % stages, slot = j % 2;
       issue_dp(j);
+      if constexpr (!kDeferred) load_probs(j);
       // dV needs only P^T and the dO stage: issued behind dP^T before waiting for it, so that the tensor cores
       // go from one to the other without draining while dS^T is made. p_x is released once dV's wgmma has been
       // issued: it reads the registers loaded from p_x, so every warp's loads of it have returned.
@@ -540,7 +568,6 @@ struct PairConsumer {
       FullBarrier::wait(&smem.kv_full, k % 2);
       int h = t.hk * f.group, row0 = t.row_start;
       if (t.steps > 0) {
-        load_probs(step);
         grads_step(t, step, h, row0, 0, 0, std::false_type{});
         for (int i = 1; i < t.steps; ++i) {
           const int prev_h = h, prev_row0 = row0;
@@ -551,7 +578,8 @@ struct PairConsumer {
         ++step;
         reduce_dq(dq_prev, t.b, h, row0, 128 + 64 * w);  // the tile's last step's
       }
-      store_keys(mma_dv, tVrdV, 1.0f, prm.tma_dv, t);
+      end_products(false);
+      store_keys(mma_dv, tVrdV, 1.0f, prm.tma_dv, t, keys_box(), nullptr);
     }
   }
 };
