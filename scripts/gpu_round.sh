@@ -40,7 +40,10 @@
 #   peers: peers.py with flashtile as its candidate (impl name PEERS_NAME, default flashtile-sm80: set
 #     flashtile-sm90 when the build's auto forward is the sm90 kernel, or FLASHTILE_CUDA_FORWARD=sm80 to keep the
 #     sm80 one) (forward and backward through autograd, grids PEERS_GRIDS, default A,L,G; PEERS_DTYPE=fp16 runs
-#     the attention grids in fp16).
+#     the attention grids in fp16);
+#   standing: the issues' standing (issues 6 and 7 are measured on an H200): on an H200, the peers stage with
+#     flashtile-sm90 on grids A, L, G in bf16 and then on grid A in fp16; on another card it measures nothing and
+#     says so (TEST_CAND picks the library as for the other stages).
 # Results land in $OUT (the device tool brings them back, 8 files at most: the test and sanitizer logs go into one
 # test-logs.tar); copy them to bench/results/ with the date.
 # Prepared by scripts/device_prepare.sh; stages can be chosen: scripts/gpu_round.sh tests sanitize run benchC
@@ -455,6 +458,15 @@ if want peers; then  # flashtile through its Python API as peers.py's candidate:
     python3 "$peers_py" --grids "${PEERS_GRIDS:-A,L,G}" --candidate flashtile:flash_attn_func --name "${PEERS_NAME:-flashtile-sm80}" \
     --out "$peers_out" > /dev/null 2>&1 || status=1
   grep -c "${PEERS_NAME:-flashtile-sm80}" "$peers_out/peers.jsonl"
+fi
+if want standing; then
+  gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
+  if [[ $gpu_name == *H200* ]]; then
+    PEERS_NAME=flashtile-sm90 PEERS_GRIDS=A,L,G PEERS_DTYPE=bf16 bash scripts/gpu_round.sh peers || status=1
+    PEERS_NAME=flashtile-sm90 PEERS_GRIDS=A PEERS_DTYPE=fp16 bash scripts/gpu_round.sh peers || status=1
+  else
+    echo "standing: the GPU (${gpu_name:-none found}) is not an H200, whose numbers the issues' targets are: nothing measured"
+  fi
 fi
 rm -f "$out"/*.md  # the tables are printed above; the JSON lines are the record (8 files come back at most)
 # The test and sanitizer logs in one tar, so that they cannot crowd out a stage's results from the 8 files.
