@@ -443,27 +443,31 @@ if want clocks; then  # burst vs sustained speed of one forward, with the SM clo
     --out "$out/clocks.jsonl" 2>&1 | tail -8 || status=1
 fi
 
-if want peers; then  # flashtile through its Python API as peers.py's candidate: forward and backward, one table
-  # PEERS_DTYPE=fp16: peers.py measures its attention grids in bf16 only; this runs a copy whose attn_case default
-  # dtype is float16 (one sed; the check below fails the stage if the line moved). Same peers, same timing; the
-  # GEMM and copy ceilings stay bf16. Results go to peersCandidate-fp16/.
-  peers_py=.device/peers.py peers_out=$out/peersCandidate
-  if [ "${PEERS_DTYPE:-bf16}" = fp16 ]; then
+# flashtile through its Python API as peers.py's candidate (impl name $1, grids $2, dtype $3): forward and backward,
+# one table. fp16: peers.py measures its attention grids in bf16 only; this runs a copy whose attn_case default
+# dtype is float16 (one sed; the check below fails the stage if the line moved). Same peers, same timing; the GEMM
+# and copy ceilings stay bf16. Results go to peersCandidate/ or peersCandidate-fp16/.
+run_peers() {
+  local name=$1 grids=$2 dtype=$3 peers_py=.device/peers.py peers_out=$out/peersCandidate
+  if [ "$dtype" = fp16 ]; then
     peers_py=.device/peers_fp16.py peers_out=$out/peersCandidate-fp16
     sed 's/^def attn_case(\(.*\)dtype=torch.bfloat16):/def attn_case(\1dtype=torch.float16):/' .device/peers.py > "$peers_py"
     grep -q '^def attn_case(.*dtype=torch.float16):' "$peers_py" || { echo "peers: attn_case's dtype default not found"; status=1; }
   fi
-  echo "== peers.py (${PEERS_DTYPE:-bf16}) --grids ${PEERS_GRIDS:-A,L,G} --candidate flashtile:flash_attn_func"
+  echo "== peers.py ($dtype) --grids $grids --candidate flashtile:flash_attn_func"
   FLASHTILE_LIBRARY=${test_lib:-$PWD/build-device}/libflashtile.so.0.1.0 PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 timeout 540 \
-    python3 "$peers_py" --grids "${PEERS_GRIDS:-A,L,G}" --candidate flashtile:flash_attn_func --name "${PEERS_NAME:-flashtile-sm80}" \
+    python3 "$peers_py" --grids "$grids" --candidate flashtile:flash_attn_func --name "$name" \
     --out "$peers_out" > /dev/null 2>&1 || status=1
-  grep -c "${PEERS_NAME:-flashtile-sm80}" "$peers_out/peers.jsonl"
+  grep -c "$name" "$peers_out/peers.jsonl"
+}
+if want peers; then
+  run_peers "${PEERS_NAME:-flashtile-sm80}" "${PEERS_GRIDS:-A,L,G}" "${PEERS_DTYPE:-bf16}"
 fi
 if want standing; then
   gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)
   if [[ $gpu_name == *H200* ]]; then
-    PEERS_NAME=flashtile-sm90 PEERS_GRIDS=A,L,G PEERS_DTYPE=bf16 bash scripts/gpu_round.sh peers || status=1
-    PEERS_NAME=flashtile-sm90 PEERS_GRIDS=A PEERS_DTYPE=fp16 bash scripts/gpu_round.sh peers || status=1
+    run_peers flashtile-sm90 A,L,G bf16
+    run_peers flashtile-sm90 A fp16
   else
     echo "standing: the GPU (${gpu_name:-none found}) is not an H200, whose numbers the issues' targets are: nothing measured"
   fi
