@@ -24,6 +24,7 @@ def main():
     ap.add_argument("trace")
     ap.add_argument("--skip", type=int, default=4, help="a CTA's first steps left out [4]")
     args = ap.parse_args()
+    first = max(1, args.skip)  # a steady step is compared with the step before it
     data = open(args.trace, "rb").read()
     n = CTAS * 2 * STEPS * EVENTS
     vals = struct.unpack(f"<{n}I", data[:4 * n])
@@ -38,7 +39,7 @@ def main():
         phases = {e: [] for e in range(12)}
         steps = []
         for c in range(CTAS):
-            for s in range(args.skip, STEPS - 1):
+            for s in range(first, STEPS - 1):
                 tile, prev, nxt = at(c, w, s, 13), at(c, w, s - 1, 13), at(c, w, s + 1, 13)
                 if tile != prev or tile != nxt:
                     continue
@@ -51,14 +52,14 @@ def main():
         print(f"consumer {w}: {len(steps)} steady steps, median step {statistics.median(steps):.0f} clocks")
         for e in range(12):
             print(f"  {NAMES[e]:34s} -> {NAMES[e + 1]:34s} {statistics.median(phases[e]):7.0f}")
-        tail = [d(at(c, w, s, 12), at(c, w, s + 1, 0)) for c in range(CTAS) for s in range(args.skip, STEPS - 1)
+        tail = [d(at(c, w, s, 12), at(c, w, s + 1, 0)) for c in range(CTAS) for s in range(first, STEPS - 1)
                 if at(c, w, s, 13) == at(c, w, s + 1, 13)]
         print(f"  {NAMES[12]:34s} -> next step top {'':19s} {statistics.median(tail):7.0f}")
     # Both consumers' events on one clock, from consumer 0's step top (the SM's clock is shared).
     def signed(x):
         return x - (1 << 32) if x >= 1 << 31 else x
 
-    steady = [(c, s) for c in range(CTAS) for s in range(args.skip, STEPS - 1)
+    steady = [(c, s) for c in range(CTAS) for s in range(first, STEPS - 1)
               if at(c, 0, s - 1, 13) == at(c, 0, s, 13) == at(c, 0, s + 1, 13)]
     print("the step on consumer 0's clock (median clocks from its step top):")
     print(f"  {'event':34s} {'consumer 0':>10s} {'consumer 1':>10s}")
