@@ -8,6 +8,7 @@
 #   3. A/B round 2, and fp16 at 2k and 8k full, if time is left.
 # LIMIT (seconds, default 570): a stage starts only if its usual time fits before it (round 1 shrinks to fit a
 # LIMIT below 200; the tests, sm90 backward only, need 170 s more). Session 57 had no machine to run it on.
+# Superseded by bench/results/2026-12-07-s57-cudnn-bprop-sass/next-call.sh (v57 and v58 in one call).
 cd "$(dirname "$0")/.."
 limit=${LIMIT:-570}
 mkdir -p "$OUT/tables"

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Prepared in session 57 (no device): the A/B of the two D = 128 backward candidates against main, their GPU tests and
+# sanitizers. Copy into .device/ and run from there. Build the candidates first (after `WHEEL=0 bash
+# scripts/device_prepare.sh` if build-device is missing):
+#   CANDIDATE_TREE=ct scripts/candidate_lib.sh bench/candidates/sm90-bwd-v57-st-ahead.patch v57full
+#   CANDIDATE_TREE=ct scripts/candidate_lib.sh bench/candidates/sm90-bwd-v58-dq-writer.patch v58full
+# Stages (STAGES, default "r1 tests"; a stage starts only if its usual time fits before LIMIT, default 570 s):
+#   r1        A/B round 1 against build-device (main): D = 128 full and causal S = 512 .. 16k, GQA 32 / 8 heads at 2k,
+#             D = 64 4k (the control: the same kernel in all), bf16, 10 repeats, 2 verified rows a shape (~300 s);
+#   tests     the sm90 backward GPU tests on each candidate's library (~100 s each);
+#   sanitize  memcheck, racecheck and synccheck on the tile-boundary tests (~60 s each a candidate);
+#   r2, fp16  A/B round 2, and fp16 at 2k and 8k full.
+# CANDS (default "v57full v58full") picks the candidates, e.g. a second call:
+#   STAGES="sanitize r2 fp16" CANDS=v58full bash .device/<this file>
+cd "$(dirname "$0")/.."
+limit=${LIMIT:-570}
+stages=" ${STAGES:-r1 tests} "
+cands=(${CANDS:-v57full v58full})
+mkdir -p "$OUT/tables"
+nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader | tee "$OUT/machine.txt"
+shapes="32,512,16,128;16,1k,16,128;8,2k,16,128;4,4k,16,128;2,8k,16,128;1,16k,16,128;4,2k,32,128,8;4,4k,32,64"
+fits() { [ $((SECONDS + $1)) -lt "$limit" ]; }
+ab() {  # <tag> <timeout> <dtype> <shapes> <causal>
+  local list
+  list=$(IFS=,; echo "${cands[*]}")
+  AB_CANDS=$list AB_TAG=$1 \
+    AB_ARGS="--shapes $4 --causal $5 --backends cuda-sm90 --dtype $3 --backward --repeats 10 --verify-rows 2" \
+    timeout "$2" bash scripts/gpu_round.sh ab > "$OUT/ab-$1.txt" 2>&1
+  for cand in "${cands[@]}"; do
+    python3 bench/ab_table.py "$OUT/ab-base-$1.jsonl" "$OUT/ab-$cand-$1.jsonl" > "$OUT/tables/$cand-$1.md" 2>&1
+    echo "$cand $1: $(grep -c "NOT VERIFIED" "$OUT/tables/$cand-$1.md") rows not verified; $(tail -1 "$OUT/tables/$cand-$1.md")"
+  done
+  echo "$1 done at $SECONDS s"
+}
+[[ $stages == *" r1 "* ]] && fits 300 && ab r1 $((limit - SECONDS - 10 < 360 ? limit - SECONDS - 10 : 360)) bf16 "$shapes" both
+for cand in "${cands[@]}"; do
+  if [[ $stages == *" tests "* ]] && fits 120; then
+    TEST_CAND=$cand TEST_RUNS=backward-Sm90.* TEST_TIMEOUT=$((limit - SECONDS - 10 < 170 ? limit - SECONDS - 10 : 170)) \
+      bash scripts/gpu_round.sh tests > "$OUT/tests-$cand.txt" 2>&1
+    echo "$cand tests rc $? at $SECONDS s"; tail -4 "$OUT/tests-$cand.txt"
+  fi
+done
+for cand in "${cands[@]}"; do
+  bin=/tmp/flashtile-cand-$cand/cuda_backward_test  # unpacked here if the tests stage did not run
+  if [[ $stages == *" sanitize "* ]] && [ ! -x "$bin" ]; then
+    mkdir -p "${bin%/*}" && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+      ".device/cand-$cand/cuda_backward_test.xz" "$bin" && chmod +x "$bin"
+    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
+      ".device/cand-$cand/libflashtile.so.0.1.0.xz" "${bin%/*}/libflashtile.so.0.1.0" && ln -sf libflashtile.so.0.1.0 "${bin%/*}/libflashtile.so.0"
+  fi
+  for tool in memcheck racecheck synccheck; do
+    if [[ $stages == *" sanitize "* ]] && fits 70 && [ -x "$bin" ]; then
+      LD_LIBRARY_PATH=/tmp/flashtile-cand-$cand:$PWD/.device/lib timeout 60 compute-sanitizer --tool $tool \
+        --error-exitcode 9 "$bin" --gtest_brief=1 \
+        --gtest_filter='CudaBackwardSm90.SeveralTilesPerCta:CudaBackwardSm90.RowsAndKeysNobodySeesAndEmptySequences' \
+        > "$OUT/sanitizer-$cand-$tool.txt" 2>&1
+      echo "$cand $tool exit $? at $SECONDS s"; tail -1 "$OUT/sanitizer-$cand-$tool.txt"
+    fi
+  done
+done
+[[ $stages == *" r2 "* ]] && fits 300 && ab r2 $((limit - SECONDS - 60)) bf16 "$shapes" both
+[[ $stages == *" fp16 "* ]] && fits 80 && ab f1 70 fp16 "8,2k,16,128;2,8k,16,128" both
+(cd "$OUT" && tar -czf logs.tar.gz ab-* tests-*.txt sanitizer-*.txt 2>/dev/null && rm -f ab-*.jsonl ab-*.txt tests-*.txt sanitizer-*.txt)
+find "$OUT" -type f
