@@ -85,7 +85,9 @@ for binary in build-device/tools/flashtile build-device/cuda_forward_test build-
 done
 [ "$missing" = 0 ] || exit 1
 mkdir -p ".device/cand-$name"
-xz -T"$(nproc)" -6 -c "$lib" > ".device/cand-$name/libflashtile.so.0.1.0.xz"
+# -9e: 13 MB against -6's 16 MB (a minute more), so that the baseline and two full candidates travel together
+# within the device call's 64 MiB beside the working tree (~17 MB)
+xz -T"$(nproc)" -9e -c "$lib" > ".device/cand-$name/libflashtile.so.0.1.0.xz"
 # The candidate's own GPU tests too (a patch may add tests, or change what one expects), built as
 # device_prepare.sh builds this tree's: gpu_round.sh's tests and sanitize stages run these with TEST_CAND=<name>,
 # against the candidate's library.

@@ -31,7 +31,7 @@ done
 nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -Isrc -Iinclude -isystem "$cutlass" \
   bench/kernels/sm90_fwd_wgmma.cu -o build-device/sm90_fwd_wgmma
 mkdir -p .device/lib
-xz -T2 -6 -c build-device/libflashtile.so.0.1.0 > .device/libflashtile.so.0.1.0.xz
+xz -T2 -9e -c build-device/libflashtile.so.0.1.0 > .device/libflashtile.so.0.1.0.xz  # -9e: candidate_lib.sh says why
 cp ../shared/bench/peers.py .device/peers.py
 cp "$(g++ -print-file-name=libgomp.so.1)" .device/lib/
 rm -f .device/flashtile-*.whl  # a wheel of an earlier build must not travel (and it is 20 MB of the 64 MiB carry)
