@@ -148,7 +148,7 @@ if want sanitize; then  # a small subset of each GPU suite under every compute-s
     for spec in "forward:*RowsWithNoVisibleKey*:*EmptyProblems*:*RowOfNaNScoresComesOutNaN*" \
       "forward-sm80:*RowsWithNoVisibleKey*/sm80:*EmptyProblems*/sm80" \
       "forward-sm90:*RowsWithNoVisibleKey*/sm90:*EmptyProblems*/sm90:*LongRowsAtHeadDim64*/sm90" \
-      "backward:*RowsAndKeysNobodySees*"; do
+      "backward:*RowsAndKeysNobodySees*:*SeveralTilesPerCta*"; do  # the second: a persistent CTA's tile hand-over
       suite=${spec%%:*}
       [[ " ${SANITIZE_SUITES:-forward backward} " == *" $suite "* ]] || continue
       echo "== compute-sanitizer --tool $tool ($suite)"

@@ -8,7 +8,7 @@
 #   r1        A/B round 1 against build-device (main): D = 128 full and causal S = 512 .. 16k, GQA 32 / 8 heads at 2k,
 #             D = 64 4k (the control: the same kernel in all), bf16, 10 repeats, 2 verified rows a shape (~300 s);
 #   tests     the sm90 backward GPU tests on each candidate's library (~100 s each);
-#   sanitize  memcheck, racecheck and synccheck on the tile-boundary tests (~60 s each a candidate);
+#   sanitize  memcheck, racecheck and synccheck on the tile-boundary tests (~200 s a candidate);
 #   r2, fp16  A/B round 2, and fp16 at 2k and 8k full.
 # CANDS (default "v57full v58full") picks the candidates, e.g. a second call:
 #   STAGES="sanitize r2 fp16" CANDS=v58full bash .device/<this file>
@@ -40,23 +40,12 @@ for cand in "${cands[@]}"; do
     echo "$cand tests rc $? at $SECONDS s"; tail -4 "$OUT/tests-$cand.txt"
   fi
 done
-for cand in "${cands[@]}"; do
-  bin=/tmp/flashtile-cand-$cand/cuda_backward_test  # unpacked here if the tests stage did not run
-  if [[ $stages == *" sanitize "* ]] && [ ! -x "$bin" ]; then
-    mkdir -p "${bin%/*}" && python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-      ".device/cand-$cand/cuda_backward_test.xz" "$bin" && chmod +x "$bin"
-    python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], 'wb'))" \
-      ".device/cand-$cand/libflashtile.so.0.1.0.xz" "${bin%/*}/libflashtile.so.0.1.0" && ln -sf libflashtile.so.0.1.0 "${bin%/*}/libflashtile.so.0"
+for cand in "${cands[@]}"; do  # gpu_round.sh's backward subset (the tile-boundary tests) under three tools
+  if [[ $stages == *" sanitize "* ]] && fits 200; then
+    TEST_CAND=$cand SANITIZE_SUITES=backward SANITIZE_TOOLS="memcheck racecheck synccheck" SANITIZE_TIMEOUT=60 \
+      bash scripts/gpu_round.sh sanitize > "$OUT/sanitizer-$cand.txt" 2>&1
+    echo "$cand sanitizers rc $? at $SECONDS s"; grep -A2 "^== compute-sanitizer" "$OUT/sanitizer-$cand.txt" | grep -v "^--"
   fi
-  for tool in memcheck racecheck synccheck; do
-    if [[ $stages == *" sanitize "* ]] && fits 70 && [ -x "$bin" ]; then
-      LD_LIBRARY_PATH=/tmp/flashtile-cand-$cand:$PWD/.device/lib timeout 60 compute-sanitizer --tool $tool \
-        --error-exitcode 9 "$bin" --gtest_brief=1 \
-        --gtest_filter='CudaBackwardSm90.SeveralTilesPerCta:CudaBackwardSm90.RowsAndKeysNobodySeesAndEmptySequences' \
-        > "$OUT/sanitizer-$cand-$tool.txt" 2>&1
-      echo "$cand $tool exit $? at $SECONDS s"; tail -1 "$OUT/sanitizer-$cand-$tool.txt"
-    fi
-  done
 done
 [[ $stages == *" r2 "* ]] && fits 300 && ab r2 $((limit - SECONDS - 60)) bf16 "$shapes" both
 [[ $stages == *" fp16 "* ]] && fits 80 && ab f1 70 fp16 "8,2k,16,128;2,8k,16,128" both
