@@ -3,19 +3,21 @@
 # sanitizers. Copy into .device/ and run from there. Build the candidates first (after `WHEEL=0 bash
 # scripts/device_prepare.sh` if build-device is missing):
 #   CANDIDATE_TREE=ct scripts/candidate_lib.sh bench/candidates/sm90-bwd-v57-st-ahead.patch v57full
-#   CANDIDATE_TREE=ct scripts/candidate_lib.sh bench/candidates/sm90-bwd-v58-dq-writer.patch v58full
+#   CANDIDATE_TREE=ct scripts/candidate_lib.sh \
+#     bench/candidates/sm90-bwd-v58-dq-writer.patch,bench/candidates/sm90-bwd-v58b-three-stages.patch v58bfull
+# (session 58: v58b, v58 with its third Q / dO stage kept, takes v58's place: the carry holds two candidates)
 # Stages (STAGES, default "r1 tests"; a stage starts only if its usual time fits before LIMIT, default 570 s):
 #   r1        A/B round 1 against build-device (main): D = 128 full and causal S = 512 .. 16k, GQA 32 / 8 heads at 2k,
 #             D = 64 4k (the control: the same kernel in all), bf16, 10 repeats, 2 verified rows a shape (~300 s);
 #   tests     the sm90 backward GPU tests on each candidate's library (~100 s each);
 #   sanitize  memcheck, racecheck and synccheck on the tile-boundary tests (~200 s a candidate);
 #   r2, fp16  A/B round 2, and fp16 at 2k and 8k full.
-# CANDS (default "v57full v58full") picks the candidates, e.g. a second call:
-#   STAGES="sanitize r2 fp16" CANDS=v58full bash .device/<this file>
+# CANDS (default "v57full v58bfull") picks the candidates, e.g. a second call:
+#   STAGES="sanitize r2 fp16" CANDS=v58bfull bash .device/<this file>
 cd "$(dirname "$0")/.."
 limit=${LIMIT:-570}
 stages=" ${STAGES:-r1 tests} "
-cands=(${CANDS:-v57full v58full})
+cands=(${CANDS:-v57full v58bfull})
 mkdir -p "$OUT/tables"
 nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --format=csv,noheader | tee "$OUT/machine.txt"
 shapes="32,512,16,128;16,1k,16,128;8,2k,16,128;4,4k,16,128;2,8k,16,128;1,16k,16,128;4,2k,32,128,8;4,4k,32,64"
