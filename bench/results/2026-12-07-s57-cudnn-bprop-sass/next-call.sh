@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# Run in session 58 (bench/results/2026-12-07-s58/call1: its default stages "r1 fwd"); all its candidates were dropped.
 # Prepared in session 57 (no device): the A/B of the two D = 128 backward candidates against main, their GPU tests and
 # sanitizers. Copy into .device/ and run from there. Build the candidates first (after `WHEEL=0 bash
 # scripts/device_prepare.sh` if build-device is missing):
