@@ -227,6 +227,40 @@ void expect_large_pass(const Problem& p, uint64_t seed, Backend backend) {
   EXPECT_TRUE(r.pass()) << p.describe() << " seed " << seed << ": " << r.summary();
 }
 
+// The sm90 forward's CTAs take their tiles from a counter that each launch leaves zeroed for a later launch: a
+// ring of 65536 a device (kTileCounters, tile_counter.hpp), so from launch 65537 on each one reuses the counter of
+// a launch before. Past a whole turn of the ring, calls with more tiles than SMs (the counter hands out numbers),
+// fewer, and the chunked order under a mask must still write every row right: a counter left unreset would start
+// a launch's CTAs past its first tiles.
+TEST_P(CudaForward, TileCountersReusedAcrossLaunches) {
+  if (GetParam() != Backend::kCudaSm90) GTEST_SKIP() << "the tile counters are the sm90 forward's";
+  constexpr int kTileCounters = 1 << 16;
+  Problem p = make_problem({1, 64, 64, 300, 300, 64}, DType::kBFloat16);  // 300 tiles of one query block
+  p.options.causal = true;
+  verify::Case c = verify::Case::make(p, 7500, false);
+  {
+    verify::DeviceMirror mirror;
+    ForwardParams f = c.forward_params(GetParam());
+    f.q = mirror.view(c.q), f.k = mirror.view(c.k), f.v = mirror.view(c.v);
+    f.out = mirror.view(c.out), f.lse = mirror.view(c.lse);
+    for (int i = 0; i < kTileCounters; ++i) {
+      const Status s = forward(f);
+      ASSERT_TRUE(s.ok()) << "launch " << i << ": " << s.message;
+    }
+    std::string error;
+    ASSERT_TRUE(mirror.copy_back(&error)) << error;
+  }
+  expect_pass(p, 7501, GetParam());
+  expect_pass(make_problem({2, 1000, 1000, 40, 40, 128}, DType::kFloat16), 7502, GetParam());  // 640 tiles
+  p = make_problem({3, 700, 700, 10, 5, 64}, DType::kBFloat16);  // causal, GQA: chunks of heads
+  p.options.causal = true;
+  expect_pass(p, 7503, GetParam());
+  expect_pass(make_problem({1, 300, 300, 4, 4, 256}, DType::kBFloat16), 7504, GetParam());  // 12 tiles
+  p = make_problem({2, 900, 1400, 24, 8, 192}, DType::kBFloat16);  // a window: chunks, the one-Q-buffer head dim
+  p.options.window_left = 200, p.options.window_right = 50;
+  expect_large_pass(p, 7505, GetParam());
+}
+
 TEST_P(CudaForward, LargeShapes) {
   Problem p = make_problem({2, 4096, 4096, 16, 16, 128}, DType::kBFloat16);
   p.options.causal = true;

@@ -1,8 +1,9 @@
 // The sm90 forward kernel (H100, H200): the FlashAttention-2 schedule on Hopper's machinery.
-//   - persistent: one CTA per SM walks the tiles (query block of kBlockM = 64 x consumers rows, batch x head)
-//     in rounds of gridDim.x, snaking (for_each_persistent_tile); tiles run head by head when every tile has the
-//     same work (the CTAs at work at one time share a few heads' K and V in L2), longest first under a mask
-//     (CtaBlock).
+//   - persistent: one CTA per SM takes tiles (query block of kBlockM = 64 x consumers rows, batch x head) while
+//     there are any, the next one from a counter once it is free (tile_counter.hpp); tiles run head by head when
+//     every tile has the same work (the CTAs at work at one time share a few heads' K and V in L2), under a mask
+//     longest first within chunks of heads whose K and V fit in L2 (fwd_tile_chunks.hpp), so that the short
+//     tiles fill the end.
 //     A CTA's producer loads the next tile's first K/V tiles, and its Q where a second Q buffer fits (D <= 128;
 //     at D = 192 and 256 once the current tile's O has left the one buffer), while its consumers finish the
 //     current tile, so a tile's prologue and epilogue overlap its neighbours' (a fresh CTA per tile would
@@ -43,6 +44,7 @@
 #include "backends/cuda/fwd_tile_order.cuh"
 #include "backends/cuda/quad_reduce.cuh"
 #include "backends/cuda/sm90/fwd_config.hpp"
+#include "backends/cuda/sm90/fwd_tile_chunks.hpp"
 #include "backends/cuda/tree_reduce.cuh"
 #include "backends/cuda/visible_keys.hpp"
 
@@ -126,6 +128,9 @@ struct FwdTraits {
     // number i uses buffer i % kQStages, in phase (i / kQStages) % 2.
     alignas(16) uint64_t q_full[kQStages];
     uint64_t q_empty[kQStages];
+    // Per Q buffer, the tile whose Q it holds, decoded by the producer (which takes the tile numbers) and read by
+    // the consumers once q_full completes; row0 < 0: the CTA has no more tiles.
+    CtaBlock tile[kQStages];
     typename Pipeline::SharedStorage pipeline_k, pipeline_v;
   };
   static constexpr int kSmemBytes = sizeof(SharedStorage);
@@ -134,7 +139,11 @@ struct FwdTraits {
     TmaQ tma_q;
     TmaKV tma_k, tma_v;
     TmaO tma_o;
-    FwdKernelParams f;  // f.heavy_first: the tile order (fwd_tile_order.cuh)
+    FwdKernelParams f;
+    TileChunks chunks;  // the tiles' order (fwd_tile_chunks.hpp)
+    // A zeroed int the CTAs take their next tile from, which the kernel leaves zeroed (tile_counter.hpp); null:
+    // each CTA walks fwd_tile_order.cuh's snake.
+    int* tile_counter;
   };
 };
 
@@ -379,6 +388,15 @@ struct Consumer {
   }
 };
 
+// A tile's CtaBlock as lane 0 of the warp has it, known to the compiler to be the same in every lane.
+__device__ __forceinline__ CtaBlock uniform_in_warp(const CtaBlock& in) {
+  CtaBlock out;
+  out.row0 = __shfl_sync(0xffffffffu, in.row0, 0), out.b = __shfl_sync(0xffffffffu, in.b, 0);
+  out.h = __shfl_sync(0xffffffffu, in.h, 0), out.hk = __shfl_sync(0xffffffffu, in.hk, 0);
+  out.n_first = __shfl_sync(0xffffffffu, in.n_first, 0), out.n_last = __shfl_sync(0xffffffffu, in.n_last, 0);
+  return out;
+}
+
 // bar.sync on named barrier kFirst + index for kThreads threads, index < 3 (a consumer warpgroup's): the id stays
 // an immediate, as an id from a register makes ptxas reserve all 16 named barriers (docs/perf-log.md, sm90
 // forward v16).
@@ -442,10 +460,21 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     using TileM = Shape<Int<kBlockM>, Int<kHeadDim>>;
     using TileN = Shape<Int<kBlockN>, Int<kHeadDim>>;
     auto state = cutlass::make_producer_start_state<Pipeline>();
-    // the CTA's tiles (the snake of fwd_tile_order.cuh), with their count so far: which Q buffer, and its phase
-    for_each_persistent_tile(f, [&](int tile, int iteration) {
-      const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
+    // The CTA's tiles: the first is its own number, the next ones come from the counter (tile_counter.hpp) or,
+    // without one, the snake of fwd_tile_order.cuh. A Q buffer is refilled once the consumers are done with the
+    // tile before last's (the K/V pipeline runs on ahead); each tile's CtaBlock travels with its Q (q_full).
+    const int n_tiles = f.m_blocks * f.batch * f.heads_q;
+    int tile = static_cast<int>(blockIdx.x);
+    for (int iteration = 0;; ++iteration) {
       const int qs = iteration % kQStages;
+      if (iteration >= kQStages) cutlass::arch::ClusterBarrier::wait(&smem.q_empty[qs], (iteration / kQStages - 1) % 2);
+      if (tile >= n_tiles) {
+        smem.tile[qs].row0 = -1;
+        cutlass::arch::ClusterBarrier::arrive(&smem.q_full[qs]);  // no bytes: the phase completes on the arrival
+        break;
+      }
+      const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN, true>(f, p.chunks.head_by_head(f, tile), false);
+      smem.tile[qs] = blk;
       auto gQ = local_tile(mQ(_, _, blk.h, blk.b), TileM{}, make_coord(blk.row0 / kBlockM, 0));  // (M, D)
       auto gK = local_tile(mK(_, _, blk.hk, blk.b), TileN{}, make_coord(_, 0));               // (N, D, n)
       auto gV = local_tile(mV(_, _, blk.hk, blk.b), TileN{}, make_coord(_, 0));
@@ -453,9 +482,6 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
           tma_partition(p.tma_q, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sQ(_, _, qs)), group_modes<0, 2>(gQ));
       auto [tKg, tKs] = tma_partition(p.tma_k, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sK), group_modes<0, 2>(gK));
       auto [tVg, tVs] = tma_partition(p.tma_v, Int<0>{}, Layout<_1>{}, group_modes<0, 2>(sV), group_modes<0, 2>(gV));
-      // A Q buffer is refilled once the consumers are done with the tile before last's (the K/V pipeline runs
-      // on ahead).
-      if (iteration >= kQStages) cutlass::arch::ClusterBarrier::wait(&smem.q_empty[qs], (iteration / kQStages - 1) % 2);
       cutlass::arch::ClusterTransactionBarrier::arrive_and_expect_tx(&smem.q_full[qs], Traits::kQBytes);
       copy(p.tma_q.with(smem.q_full[qs]), tQg, tQs);
       for (int n = blk.n_first; n <= blk.n_last; ++n, ++state) {
@@ -464,7 +490,22 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
         pipeline_v.producer_acquire(state);
         copy(p.tma_v.with(*pipeline_v.producer_get_barrier(state)), tVg(_, n), tVs(_, state.index()));
       }
-    });
+      if (p.tile_counter != nullptr) {
+        // The next tile, taken once this one's loads are issued (the producer runs kStages K/V tiles ahead of the
+        // consumers, which hides the atomic's round trip; a number taken before the loads and kept through them
+        // spilled the producer's 24 registers). Every CTA takes one number past the last tile, so the one that
+        // takes the last number (n_tiles - 1: the counter counts from gridDim.x) knows that no other will touch
+        // the counter again: it resets it for the next launch.
+        const int taken = atomicAdd(p.tile_counter, 1);
+        if (taken == n_tiles - 1) *p.tile_counter = 0;
+        // Through a shuffle (of the one thread left in the warp), so that the compiler knows the number is
+        // warp-uniform: the tile's decode and TMA coordinates then stay in uniform registers (else the producer's
+        // 24 registers spilled, and every TMA copy moved its coordinates by R2UR in a loop).
+        tile = __shfl_sync(1u, static_cast<int>(gridDim.x) + taken, 0);
+      } else {
+        tile = persistent_tile(iteration + 1, n_tiles);
+      }
+    }
     return;
   }
 
@@ -488,12 +529,15 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     if constexpr (kTakeTurns) asm volatile("bar.arrive %0, %1;\n" ::"r"(2 - consumer), "n"(kTurnThreads));
   };
   if (consumer == 1) their_turn();
-  for_each_persistent_tile(f, [&](int tile, int iteration) {
-    const CtaBlock blk = CtaBlock::make<kBlockM, kBlockN>(f, tile, f.heavy_first);
-    Consumer<Traits, kSoftcap> c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
+  for (int iteration = 0;; ++iteration) {  // the CTA's tiles, as the producer hands them over with their Q
     const int qs = iteration % kQStages;
-    auto sQ_wg = local_tile(sQ(_, _, qs), Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0));  // this warpgroup's rows
     cutlass::arch::ClusterTransactionBarrier::wait(&smem.q_full[qs], (iteration / kQStages) % 2);
+    // Through shuffles, as `warpgroup` above: values the compiler knows to be warp-uniform keep the loop's
+    // control and the wgmma descriptors in uniform registers (straight from shared memory, 289 R2UR at D = 128).
+    const CtaBlock blk = uniform_in_warp(smem.tile[qs]);
+    if (blk.row0 < 0) break;
+    Consumer<Traits, kSoftcap> c(static_cast<int>(threadIdx.x % 128), blk.row0 + 64 * consumer);
+    auto sQ_wg = local_tile(sQ(_, _, qs), Shape<_64, Int<kHeadDim>>{}, make_coord(consumer, 0));  // this warpgroup's rows
     float alpha[2];
     auto first_half = [&](int n) { return c.first_half_only(n * kBlockN, f); };  // key tile n's
     // One tile's product, issued and waited for, with its stage released: the steps that nothing overlaps.
@@ -557,11 +601,9 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
     // columns past the head dim are clipped by the descriptor) and waits only until they have been read, and the
     // warpgroup goes on to the next tile while the writes land. The Q buffer is released (q_empty) once every
     // warpgroup's read is done: the barrier completes on the storing threads' arrivals. The batch and head
-    // again from the tile number rather than kept live through the loop: at D = 256 the registers are that
-    // tight.
-    // By multiply-high and shift (FastDivisor): the operators' two runtime divisions are ~40 dependent instructions
-    // of the epilogue (docs/perf-log.md, sm90 forward v27).
-    const int bh = CtaBlock::bh_of<true>(f, tile, f.heavy_first), b = f.by_heads_q.div(bh), h = f.by_heads_q.mod(bh);
+    // again from shared memory (the producer rewrites the slot only after q_empty) rather than kept live through
+    // the loop: at D = 256 the registers are that tight.
+    const int b = __shfl_sync(0xffffffffu, smem.tile[qs].b, 0), h = __shfl_sync(0xffffffffu, smem.tile[qs].h, 0);
     float inv[2];
     c.finish_rows(f, b, h, inv);
     // Unconditional (nothing is in flight after the serial schedule or without keys): under a test that ptxas
@@ -584,7 +626,7 @@ __global__ void __launch_bounds__(Traits::kThreads, 1) fwd_kernel(const __grid_c
       tma_store_wait<0>();  // the rows have been read; the global writes may still be in flight
     }
     cutlass::arch::ClusterBarrier::arrive(&smem.q_empty[qs]);
-  });
+  }
 #endif
 }
 

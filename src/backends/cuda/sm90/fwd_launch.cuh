@@ -16,6 +16,7 @@
 #include "backends/cuda/sm90/fwd_launch.hpp"
 #include "backends/cuda/sm90/fwd_variant.hpp"
 #include "backends/cuda/sm90/tma_strides.hpp"
+#include "backends/cuda/tile_counter.hpp"
 
 namespace flashtile::cuda::sm90 {
 
@@ -41,14 +42,13 @@ cudaError_t launch_variant(const FwdKernelParams& f, int sms, cudaStream_t strea
   const auto kv_layout = cute::take<0, 2>(typename Traits::SmemLayoutKV{});
   FwdKernelParams ordered = f;
   set_query_blocks(ordered, (f.seqlen_q + Traits::kBlockM - 1) / Traits::kBlockM);
-  // One CTA per SM (the kernel's registers allow no more), each walking its share of the tiles in rounds
-  // (fwd_kernel.cuh, for_each_persistent_tile). The order (head by head or longest first) is the one that
-  // balances the CTAs' work (fwd_tile_order.cuh): under a causal mask the persistent grid once measured 24%
-  // slower at D = 128, S = 16k (docs/perf-log.md, sm90 v2) with each CTA's tiles in one band of a head's blocks.
+  // One CTA per SM (the kernel's registers allow no more), each taking tiles while there are any: the first by
+  // its number, the next ones from a counter (tile_counter.hpp; without one, in rounds: fwd_tile_order.cuh's
+  // snake), in the chunked order (fwd_tile_chunks.hpp), which under a mask goes longest first within chunks of
+  // heads, so that the CTAs finish together and the chunk's K and V stay in L2.
   const int64_t tiles = static_cast<int64_t>(ordered.m_blocks) * f.batch * f.heads_q;
-  if (tiles > INT32_MAX) return cudaErrorInvalidValue;  // tile numbers are ints (2^31 tiles)
+  if (tiles > INT32_MAX - sms) return cudaErrorInvalidValue;  // tile numbers are ints, counted up to tiles + CTAs
   const int64_t ctas = std::min<int64_t>(tiles, sms);
-  ordered.heavy_first = heavy_first_order<Traits::kBlockM, Traits::kBlockN>(ordered, static_cast<int>(ctas));
   const typename Traits::Params p{
       cute::make_tma_copy(cute::SM90_TMA_LOAD{},
                           Traits::gmem_tensor(f.q, f.seqlen_q, f.head_dim, f.heads_q, f.batch, q_stride),
@@ -60,7 +60,7 @@ cudaError_t launch_variant(const FwdKernelParams& f, int sms, cudaStream_t strea
       cute::make_tma_copy(cute::SM90_TMA_STORE{},
                           Traits::gmem_tensor_out(f.o, f.seqlen_q, f.head_dim, f.heads_q, f.batch, o_stride),
                           typename Traits::SmemLayoutO{}),
-      ordered};
+      ordered, TileChunks::of(ordered, sizeof(typename Traits::Element)), claim_tile_counter(stream)};
   auto kernel = fwd_kernel<Traits, false, kSchedule>;
   if (f.softcap > 0) {
     if constexpr (!kWithSoftcap) return cudaErrorInvalidValue;  // never a silent call without the cap
