@@ -6,8 +6,8 @@
 //
 // Launches that may run at the same time must not share a counter: each launch takes the next of kTileCounters
 // ints of its device in turn (a ring, zeroed once when first used), so a counter is reused only after as many
-// later launches. Within one stream, launches run in order; a captured CUDA graph keeps its counter, and the
-// launches of one graph run in order too.
+// later launches, far more than a device queues. A launch captured into a CUDA graph gets none (the snake): the
+// graph would keep its counter for every replay, and a replay could run beside the launch that reuses it.
 // Header-only: the benchmark harness (bench/kernels/sm90_fwd_wgmma.cu) includes the launcher without the library.
 #pragma once
 
@@ -21,24 +21,25 @@ namespace flashtile::cuda {
 constexpr int kTileCounters = 1 << 16;  // 256 KB a device
 constexpr int kMaxCounterDevices = 64;
 
-// A zeroed counter for one launch on `stream` (of the current device), or nullptr where none can be had: the
-// device's ring not allocated yet while the stream is being captured (allocating then would break the capture),
-// or the allocation failed. The caller then walks the tiles in a fixed order.
+// A zeroed counter for one launch on `stream` (of the current device), or nullptr where none is to be had: the
+// stream is being captured (or cannot say), or the device's ring could not be allocated. The caller then walks
+// the tiles in a fixed order.
 inline int* claim_tile_counter(cudaStream_t stream) {
   static std::mutex mutex;
   static int* rings[kMaxCounterDevices] = {};
   static std::atomic<unsigned> next[kMaxCounterDevices] = {};
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    (void)cudaGetLastError();  // e.g. the legacy stream while another stream is captured: not an error of ours
+    return nullptr;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return nullptr;
   int device = 0;
   if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= kMaxCounterDevices) return nullptr;
   int* ring = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (rings[device] == nullptr) {
-      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-      if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) {
-        (void)cudaGetLastError();
-        return nullptr;
-      }
       // Relaxed: another thread's capture in global mode must not make this allocation fail (and invalidate it).
       cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
       cudaThreadExchangeStreamCaptureMode(&mode);
