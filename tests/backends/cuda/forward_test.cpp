@@ -228,10 +228,10 @@ void expect_large_pass(const Problem& p, uint64_t seed, Backend backend) {
 }
 
 // The sm90 forward's CTAs take their tiles from a counter that each launch leaves zeroed for a later launch: a
-// ring of 65536 a device (kTileCounters, tile_counter.hpp), so from launch 65537 on each one reuses the counter of
-// a launch before. Past a whole turn of the ring, calls with more tiles than SMs (the counter hands out numbers),
-// fewer, and the chunked order under a mask must still write every row right: a counter left unreset would start
-// a launch's CTAs past its first tiles.
+// ring of 65536 an instantiation (kTileCounters, tile_counter.hpp), so from launch 65537 on each one reuses the
+// counter of a launch before. Past a whole turn of the ring, calls with more tiles than SMs (the counter hands out
+// numbers), fewer, and the chunked order under a mask must still write every row right: a counter left unreset
+// would start a launch's CTAs past its first tiles.
 TEST_P(CudaForward, TileCountersReusedAcrossLaunches) {
   if (GetParam() != Backend::kCudaSm90) GTEST_SKIP() << "the tile counters are the sm90 forward's";
   constexpr int kTileCounters = 1 << 16;
