@@ -39,7 +39,9 @@ TEST(TileChunks, EveryTileOnceLongestFirstWithinAChunk) {
       const int bh = hbh / f.m_blocks, rank = hbh % f.m_blocks;  // rank 0: the last query block, the longest
       const int chunk = bh / c.chunk_heads;
       ASSERT_GE(chunk, last_chunk) << "tile " << tile;
-      if (chunk == last_chunk) ASSERT_GE(rank, last_rank) << "tile " << tile << ": a longer block after a shorter";
+      if (chunk == last_chunk) {
+        ASSERT_GE(rank, last_rank) << "tile " << tile << ": a longer block after a shorter";
+      }
       last_chunk = chunk, last_rank = rank;
     }
     for (int t = 0; t < n_tiles; ++t) ASSERT_EQ(seen[t], 1) << "head-by-head tile " << t;
